@@ -1,0 +1,54 @@
+"""Exceptions shared by every part of the engine.
+
+Each refusal carries a stable ``category`` (the merge-outcome vocabulary the
+reports count on) and a ``code`` (the precise rule that fired), so callers can
+tally and branch on them without parsing messages.  Messages always name the
+offending thing and say what to do about it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AgentDescentError",
+    "CasConflictError",
+    "LedgerError",
+    "RefusalError",
+]
+
+
+class AgentDescentError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class RefusalError(AgentDescentError):
+    """A proposed change (or an artifact on disk) breaks one of the rules.
+
+    ``category`` is one of the stable merge categories (``invalid-proposal``,
+    ``frozen-violation``, ``oversized``, ``unknown-artifact``, ...); ``code`` names
+    the specific rule (``absolute-path``, ``symlink``, ``too-many-files``, ...);
+    ``path`` is the repo-relative path concerned, when there is one.
+    """
+
+    def __init__(self, category: str, code: str, message: str, path: str | None = None) -> None:
+        super().__init__(message)
+        self.category = category
+        self.code = code
+        self.path = path
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0])
+
+
+class LedgerError(AgentDescentError):
+    """The git ledger cannot do what was asked (no repository, a held lock, ...)."""
+
+
+class CasConflictError(LedgerError):
+    """A compare-and-swap on a ledger branch kept losing races and gave up.
+
+    ``category`` is always ``cas-conflict`` so the aggregator can count it like
+    any other merge outcome.
+    """
+
+    category = "cas-conflict"

@@ -1,0 +1,7 @@
+"""Benchmarks of pytest-agentdescent (not tests): run them as ``python -m bench.<name>``.
+
+Each writes its recorded results to ``bench/results/<name>.json`` with the
+machine, date, seed and parameters it ran with.
+"""
+
+from __future__ import annotations

@@ -1,0 +1,12 @@
+"""pytest-agentdescent: the pytest plugin and the ``agentdescent`` command line."""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("pytest-agentdescent")
+except PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = "0.0.0+unknown"
+
+__all__ = ["__version__"]

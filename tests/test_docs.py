@@ -1,0 +1,91 @@
+"""Docs as tests: every shell command shown in README.md and docs/*.md is run here.
+
+Commands live in ```bash fenced blocks.  Two rewrites keep this honest and
+finite: an install step (``python -m pip install ...``) is already done for the
+suite that runs this test, so it is dropped; and the project's own test command
+gets ``--collect-only`` so this test does not run the suite inside itself (CI
+runs that command in full).  A block line ending in ``\\`` continues on the next.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+BLOCK = re.compile(r"^```bash\n(.*?)^```", re.S | re.M)
+
+
+def shell_commands(markdown: str) -> list[str]:
+    commands: list[str] = []
+    for block in BLOCK.findall(markdown):
+        pending = ""
+        for raw in block.splitlines():
+            line = raw.rstrip()
+            if line.endswith("\\"):
+                pending += line[:-1] + " "
+                continue
+            line = (pending + line).strip()
+            pending = ""
+            if line and not line.startswith("#"):
+                commands.append(line)
+    return commands
+
+
+def runnable(command: str) -> str | None:
+    """The part of a documented command this test runs, or None if nothing is left."""
+    steps = [step.strip() for step in re.split(r"\s*&&\s*", command)]
+    kept: list[str] = []
+    for step in steps:
+        words = shlex.split(step)
+        if words[:4] == ["python", "-m", "pip", "install"]:
+            continue
+        if words[:3] == ["python", "-m", "pytest"] and len(words) == 3:
+            step += " --collect-only -q"
+        kept.append(step)
+    return " && ".join(kept) or None
+
+
+DOCUMENTED = [
+    pytest.param(doc, cmd, id=f"{doc.name}:{cmd[:60]}")
+    for doc in DOCS
+    for cmd in shell_commands(doc.read_text(encoding="utf-8"))
+]
+
+
+def test_readme_has_the_two_fresh_machine_commands() -> None:
+    commands = shell_commands((ROOT / "README.md").read_text(encoding="utf-8"))
+    installs = [c for c in commands if c.startswith("python -m pip install -e ")]
+    assert any("examples/" in c for c in installs), "README lost the offline example command"
+    assert any(c.endswith("python -m pytest") for c in installs), "README lost the test command"
+
+
+@pytest.mark.parametrize(("doc", "command"), DOCUMENTED)
+def test_documented_command_runs(doc: Path, command: str) -> None:
+    to_run = runnable(command)
+    if to_run is None:
+        return  # an install-only line; the suite running this test already installed it
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    # `python`, `ruff`, `mypy` are the ones of the interpreter running this suite.
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    completed = subprocess.run(
+        to_run,
+        shell=True,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert completed.returncode == 0, (
+        f"`{command}` from {doc.name} failed ({completed.returncode}):\n"
+        f"{completed.stdout[-3000:]}\n{completed.stderr[-3000:]}"
+    )
