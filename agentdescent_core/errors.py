@@ -10,7 +10,9 @@ from __future__ import annotations
 
 __all__ = [
     "AgentDescentError",
+    "BackendError",
     "CasConflictError",
+    "ContractError",
     "LedgerError",
     "RefusalError",
 ]
@@ -52,3 +54,20 @@ class CasConflictError(LedgerError):
     """
 
     category = "cas-conflict"
+
+
+class ContractError(AgentDescentError, TypeError):
+    """The caller's code broke the engine's contract (a bug to fix, never retried).
+
+    Raised for a reward that is not a finite number in [0, 1], an actor whose
+    signature cannot take the engine's arguments, a strategy/parallel mode pair
+    that cannot work, and the like.  The message names the callable and the fix.
+    """
+
+
+class BackendError(AgentDescentError):
+    """A backend (model call, agent run, evaluation) kept failing after its retries.
+
+    Transient failures are retried with backoff and tolerated; this is raised
+    only when nothing can make progress, and ``EvolutionResult.error`` names it.
+    """

@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import re
 import sys
 import time
 from collections.abc import Sequence
@@ -36,11 +33,11 @@ from agentdescent_core.stats import (
     baseline_repeats,
 )
 from agentdescent_core.stats.simulate import ScenarioResult, simulate, standard_scenarios
+from bench.records import machine, refresh_doc
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "acceptance.json"
 DOC = ROOT / "docs" / "statistics.md"
-START, END = "<!-- acceptance-table:start -->", "<!-- acceptance-table:end -->"
 
 FULL_TRIALS = 2000
 QUICK_TRIALS = 100
@@ -72,15 +69,6 @@ def meets(result: ScenarioResult) -> bool:
     return result.rate >= bound if op == ">=" else result.rate <= bound
 
 
-def machine() -> dict[str, Any]:
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "scipy": scipy.__version__,
-    }
 
 
 def run(trials: int, seed: int, *, progress: bool = True) -> dict[str, Any]:
@@ -113,7 +101,7 @@ def run(trials: int, seed: int, *, progress: bool = True) -> dict[str, Any]:
         "benchmark": "acceptance",
         "command": "python -m bench.acceptance",
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": machine(),
+        "machine": machine(numpy=np.__version__, scipy=scipy.__version__),
         "seed": seed,
         "trials": trials,
         "elapsed_seconds": round(time.perf_counter() - started, 1),
@@ -179,14 +167,6 @@ def table(record: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def refresh_doc(doc: Path, markdown: str) -> None:
-    text = doc.read_text(encoding="utf-8")
-    pattern = re.compile(re.escape(START) + r".*?" + re.escape(END), re.S)
-    if not pattern.search(text):
-        raise SystemExit(
-            f"{doc}: markers {START} / {END} not found; add them where the table belongs"
-        )
-    doc.write_text(pattern.sub(lambda _: f"{START}\n{markdown}\n{END}", text), encoding="utf-8")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -209,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not (args.quick or args.no_write):
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        refresh_doc(DOC, table(record))
+        refresh_doc(DOC, "acceptance-table", table(record))
         if not args.json:
             print(f"\nwrote {RESULTS.relative_to(ROOT)} and the table in {DOC.relative_to(ROOT)}")
     return 0 if all(row["meets_all"] for row in record["policies"][:1]) else 1

@@ -1,0 +1,75 @@
+"""The contract between whoever can score an artifact and the aggregator that needs scores.
+
+``evolve()`` builds a verifier from ``run`` + ``reward``; the pytest plugin builds
+one that runs the marked tests in a sandboxed workspace.  The aggregator only
+sees this protocol, so both drive the same merge pipeline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from agentdescent_core.stats.samples import TaskSamples
+
+__all__ = ["TaskSplit", "Verifier"]
+
+
+@dataclass(frozen=True)
+class TaskSplit:
+    """Which task ids play which role.
+
+    ``train`` tasks are shown to proposers; ``held_out`` tasks never are, and
+    when there are any, acceptance, the target reward and patience are measured
+    on them (``eval_tasks``), else on ``train``.  ``guards`` must keep passing
+    for a candidate to be accepted.  ``weights`` default to 1.0.
+    """
+
+    train: tuple[str, ...]
+    held_out: tuple[str, ...] = ()
+    guards: tuple[str, ...] = ()
+    weights: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        overlap = set(self.train) & set(self.held_out)
+        if overlap:
+            raise ValueError(
+                f"tasks cannot be both train and held-out: {sorted(overlap)[:5]}"
+            )
+
+    @property
+    def eval_tasks(self) -> tuple[str, ...]:
+        return self.held_out or self.train
+
+    @property
+    def all_tasks(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((*self.train, *self.held_out, *self.guards)))
+
+    def weight(self, task_id: str) -> float:
+        return float(self.weights.get(task_id, 1.0))
+
+
+@runtime_checkable
+class Verifier(Protocol):
+    """Scores artifact states; every evaluation in a run goes through one of these."""
+
+    @property
+    def split(self) -> TaskSplit: ...
+
+    @property
+    def evaluations(self) -> int:
+        """Task evaluations actually run so far (cache hits not counted)."""
+        ...
+
+    def evaluate(
+        self, state: Mapping[str, str], task_ids: Sequence[str], repeats: int
+    ) -> TaskSamples:
+        """The first ``repeats`` rewards of each task for ``state``.
+
+        Repeats already measured for the same state (by content) are reused, so
+        asking again with a larger ``repeats`` only runs the missing ones.
+        Raises ContractError for a malformed reward, BackendError when the
+        backend keeps failing after its retries.
+        """
+        ...

@@ -1,0 +1,360 @@
+"""``evolve()``: the synchronous, round-based driver (and the entry point to the async one).
+
+One round: every worker takes a snapshot of the dev head (kept for
+``refresh_interval`` rounds, staggered by worker id, which is what creates
+staleness on this path), does one unit of work on its shard — roll out until a
+failure, propose, turn the proposal into an evidence card — and the single
+aggregator step that follows is the barrier.  ``max_concurrency`` workers run
+at once on daemon threads; ``round_timeout`` stops waiting for stragglers,
+whose late cards join a later round and are judged stale like any other.
+
+Failure handling (the three categories): a caller-contract error raises
+ContractError before or during the run; a backend failure costs the failing
+worker its evidence and nothing more — the run ends on it only when every
+worker failed in ``max_worker_errors`` consecutive rounds while nothing had
+ever succeeded, with ``error`` naming the cause; a ledger failure ends the run
+and the artifact evolved so far is returned.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from agentdescent_core.aggregator import AggregatorConfig
+from agentdescent_core.artifacts.strategies import AppendRules, Strategy
+from agentdescent_core.errors import BackendError, ContractError, LedgerError
+from agentdescent_core.evidence import EvidenceCard, MergeReport
+from agentdescent_core.loop.budget import Budget, BudgetExhausted
+from agentdescent_core.loop.driver import DriverBase, describe
+from agentdescent_core.loop.parallel import ParallelMode
+from agentdescent_core.loop.result import EvolutionResult, RoundInfo, round_info
+from agentdescent_core.loop.sampling import RoundRobin, TaskSampler
+from agentdescent_core.loop.setup import RunParts, build_run
+from agentdescent_core.loop.worker import (
+    ProposeFn,
+    RunFn,
+    Snapshot,
+    UnitResult,
+    resolve_actor,
+    work_unit,
+)
+from agentdescent_core.staleness import StalenessPolicy
+from agentdescent_core.tasks import Task, as_tasks
+
+__all__ = ["evolve"]
+
+DEFAULT_ROUNDS = 15
+
+
+def _check_int(name: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def evolve(
+    tasks: Sequence[Task | str],
+    reward: Callable[[Task, Any], Any],
+    *,
+    agent: object | None = None,
+    run: RunFn | None = None,
+    propose: ProposeFn | None = None,
+    strategy: Strategy | None = None,
+    parallel: ParallelMode | None = None,
+    task_sampler: TaskSampler | None = None,
+    blast_radius: float = 0.2,
+    agg_config: AggregatorConfig | None = None,
+    aggregator_factory: Callable[..., Any] | None = None,
+    staleness_policy: StalenessPolicy | str | None = None,
+    refresh_interval: int | None = None,
+    rounds: int | None = None,
+    n_workers: int = 4,
+    max_concurrency: int | None = None,
+    round_timeout: float | None = None,
+    asynchronous: bool = False,
+    async_ratio: int | None = None,
+    self_verify: bool | None = None,
+    stall_patience: int | None = None,
+    on_round: Callable[[RoundInfo], object] | None = None,
+    target_reward: float | None = None,
+    patience: int | None = None,
+    max_worker_errors: int = 3,
+    repo_path: str | os.PathLike[str] | None = None,
+    held_out_frac: float = 0.25,
+    shuffle: bool = False,
+    seed: int = 0,
+    max_calls: int | None = None,
+    max_seconds: float | None = None,
+    eval_concurrency: int = 8,
+    artifact_id: str = "artifact",
+) -> EvolutionResult:
+    """Evolve an artifact so that ``run`` earns more ``reward`` on ``tasks``.
+
+    See ``docs/engine.md`` for every knob.  Returns an EvolutionResult whose
+    ``error`` is None only on a clean run and whose ``stop_reason`` says why it
+    stopped.  Raises ContractError for a caller bug (a malformed reward, an
+    actor that cannot take the engine's arguments, an impossible
+    strategy/parallel pairing) — before the first rollout where it can.
+    """
+    if asynchronous:
+        from agentdescent_core.loop.async_evolve import async_evolve
+
+        return async_evolve(
+            tasks, reward, agent=agent, run=run, propose=propose, strategy=strategy,
+            parallel=parallel, task_sampler=task_sampler, blast_radius=blast_radius,
+            agg_config=agg_config, aggregator_factory=aggregator_factory,
+            staleness_policy=staleness_policy, refresh_interval=refresh_interval,
+            rounds=rounds, n_workers=n_workers, max_concurrency=max_concurrency,
+            round_timeout=round_timeout, async_ratio=async_ratio, self_verify=self_verify,
+            stall_patience=stall_patience, on_round=on_round, target_reward=target_reward,
+            patience=patience, max_worker_errors=max_worker_errors, repo_path=repo_path,
+            held_out_frac=held_out_frac, shuffle=shuffle, seed=seed, max_calls=max_calls,
+            max_seconds=max_seconds, eval_concurrency=eval_concurrency, artifact_id=artifact_id,
+        )
+    for name, given in (("async_ratio", async_ratio), ("self_verify", self_verify),
+                        ("stall_patience", stall_patience)):
+        if given is not None:
+            warnings.warn(f"{name}= only applies with asynchronous=True; it is ignored here",
+                          RuntimeWarning, stacklevel=2)
+    actor = resolve_actor(agent, run, propose)
+    task_list = as_tasks(tasks)
+    rounds = DEFAULT_ROUNDS if rounds is None else rounds
+    max_concurrency = 1 if max_concurrency is None else max_concurrency
+    refresh_interval = 1 if refresh_interval is None else refresh_interval
+    _check_int("rounds", rounds, 0)
+    _check_int("n_workers", n_workers, 1)
+    _check_int("max_concurrency", max_concurrency, 1)
+    _check_int("refresh_interval", refresh_interval, 1)
+    _check_int("max_worker_errors", max_worker_errors, 1)
+    if patience is not None:
+        _check_int("patience", patience, 1)
+    if round_timeout is not None and not round_timeout > 0:
+        raise ValueError(
+            f"round_timeout must be a positive number of seconds, got {round_timeout!r}"
+        )
+    budget = Budget(max_calls=max_calls, max_seconds=max_seconds)
+    parts = build_run(
+        task_list, reward, actor, strategy=strategy if strategy is not None else AppendRules(),
+        parallel=parallel, task_sampler=task_sampler if task_sampler is not None else RoundRobin(),
+        blast_radius=blast_radius, agg_config=agg_config, aggregator_factory=aggregator_factory,
+        staleness_policy=staleness_policy, n_workers=n_workers, repo_path=repo_path,
+        held_out_frac=held_out_frac, shuffle=shuffle, seed=seed, budget=budget,
+        eval_concurrency=eval_concurrency, artifact_id=artifact_id,
+    )
+    try:
+        driver = _SyncDriver(
+            parts, n_workers=n_workers, on_round=on_round, target_reward=target_reward,
+            patience=patience, max_worker_errors=max_worker_errors,
+            max_concurrency=max_concurrency, round_timeout=round_timeout,
+            refresh_interval=refresh_interval,
+        )
+        return driver.run(rounds)
+    finally:
+        parts.close()
+
+
+class _SyncDriver(DriverBase):
+    def __init__(
+        self,
+        parts: RunParts,
+        *,
+        max_concurrency: int,
+        round_timeout: float | None,
+        refresh_interval: int,
+        **books: Any,
+    ) -> None:
+        super().__init__(parts, **books)
+        self.max_concurrency = max_concurrency
+        self.round_timeout = round_timeout
+        self.refresh_interval = refresh_interval
+        self._semaphore = threading.Semaphore(max_concurrency)
+        self._results: queue.Queue[tuple[int, UnitResult | BaseException]] = queue.Queue()
+        self._busy: set[int] = set()
+        self._threaded = max_concurrency > 1 or round_timeout is not None
+        self._all_failed_rounds = 0
+        self._backoff_rounds = 0
+
+    # ------------------------------------------------------------ the loop
+
+    def run(self, rounds: int) -> EvolutionResult:
+        try:
+            self.initial_reward = self.measure()
+            self.note_reward(self.initial_reward)
+            self.since_best = 0
+            self.stop_reason = self.stop_check(self.initial_reward)
+            snapshots = [Snapshot(self.version, dict(self.state))] * self.n_workers
+            for round_index in range(1, rounds + 1):
+                if self.stop_reason is not None:
+                    break
+                if self.parts.budget.expired():
+                    self.stop_reason = "max_seconds"
+                    break
+                snapshots = self._refresh(snapshots, round_index)
+                if not self._round(round_index, snapshots):
+                    break
+        except BudgetExhausted as exc:
+            self.end_on_budget(exc)
+        except LedgerError as exc:
+            self.fail(exc)
+        if self.stop_reason is None:
+            self.stop_reason = "rounds"
+        return self.finish(asynchronous=False)
+
+    def _refresh(self, snapshots: list[Snapshot], round_index: int) -> list[Snapshot]:
+        """Workers whose turn it is re-read the head; the rest keep their snapshot."""
+        current = Snapshot(self.version, dict(self.state))
+        return [
+            current if (round_index - 1 + worker) % self.refresh_interval == 0 else old
+            for worker, old in enumerate(snapshots)
+        ]
+
+    def _round(self, round_index: int, snapshots: list[Snapshot]) -> bool:
+        """One round; False when the run must stop."""
+        started = time.monotonic()
+        results = self._run_units(round_index, snapshots)
+        cards: list[EvidenceCard] = []
+        reports: list[MergeReport] = []
+        failures: list[tuple[int, BaseException]] = []
+        budget_hit: BudgetExhausted | None = None
+        for worker, outcome in results:
+            if isinstance(outcome, BudgetExhausted):
+                budget_hit = outcome
+                continue
+            if isinstance(outcome, BaseException):
+                raise outcome  # ContractError or a bug: the caller must see it
+            self.counters["rollouts"] += outcome.rollouts
+            self.counters["proposals"] += outcome.proposals
+            reports.extend(outcome.reports)
+            if outcome.card is not None:
+                cards.append(outcome.card)
+            if outcome.error is not None:
+                failures.append((worker, outcome.error))
+        self.counters["worker_errors"] += len(failures)
+        stop = self._tolerate(failures, launched=len(results))
+        if budget_hit is None and stop is None:
+            try:
+                reports.extend(self.parts.aggregator.step(cards, round_index))
+            except BackendError as exc:
+                self.counters["merge_errors"] += 1
+                self.warn_once("merge", f"a merge in round {round_index} failed "
+                                        f"({describe(exc)}); its evidence is dropped")
+            except BudgetExhausted as exc:
+                budget_hit = exc
+        reward = self.reward if budget_hit is not None else self.measure()
+        self.note_reward(reward)
+        self.emit(round_info(
+            round_index, reward, reports, version=self.version, proposals=len(cards),
+            worker_errors=len(failures), seconds=time.monotonic() - started,
+        ))
+        if budget_hit is not None:
+            self.end_on_budget(budget_hit)
+            return False
+        if stop is not None:
+            self.fail(stop)
+            self.retired_workers = self.n_workers
+            return False
+        self.stop_reason = self.stop_check(reward)
+        return self.stop_reason is None
+
+    def _tolerate(self, failures: list[tuple[int, BaseException]], launched: int
+                  ) -> BaseException | None:
+        """The global rule: give up only when nothing has ever worked (returns the cause)."""
+        if not failures:
+            self._all_failed_rounds = self._backoff_rounds = 0
+            return None
+        if self.parts.verifier.ever_succeeded:
+            if len(failures) == launched:
+                # a throttled backend: shedding workers cannot help, waiting can
+                self._backoff_rounds += 1
+                time.sleep(min(2.0, 0.05 * 2 ** min(self._backoff_rounds, 6)))
+            else:
+                self._backoff_rounds = 0
+            self._all_failed_rounds = 0
+            for worker, exc in failures:
+                self.warn_once(
+                    f"worker-{worker}",
+                    f"worker-{worker} failed after its retries ({describe(exc)}) although the "
+                    "backend has worked before; it keeps trying until the run's budget ends it",
+                )
+            return None
+        if len(failures) < launched:
+            self._all_failed_rounds = 0
+            return None
+        self._all_failed_rounds += 1
+        if self._all_failed_rounds >= self.max_worker_errors:
+            return failures[-1][1]
+        return None
+
+    # ------------------------------------------------------------ workers
+
+    def _run_units(self, round_index: int, snapshots: list[Snapshot]
+                   ) -> list[tuple[int, UnitResult | BaseException]]:
+        shards = self.parts.shards
+        if not self._threaded:
+            out: list[tuple[int, UnitResult | BaseException]] = []
+            for worker in range(self.n_workers):
+                try:
+                    out.append((worker, work_unit(self.parts.ctx, worker, snapshots[worker],
+                                                  shards[worker], round_index)))
+                except (BudgetExhausted, ContractError) as exc:
+                    out.append((worker, exc))
+                    break
+            return out
+        launched: set[int] = set()
+        for worker in range(self.n_workers):
+            if worker in self._busy:
+                continue  # still on an abandoned unit from an earlier round
+            self._busy.add(worker)
+            launched.add(worker)
+            threading.Thread(
+                target=self._unit_thread, name=f"agentdescent-worker-{worker}", daemon=True,
+                args=(worker, snapshots[worker], round_index),
+            ).start()
+        return self._collect(launched)
+
+    def _unit_thread(self, worker: int, snapshot: Snapshot, round_index: int) -> None:
+        with self._semaphore:
+            try:
+                outcome: UnitResult | BaseException = work_unit(
+                    self.parts.ctx, worker, snapshot, self.parts.shards[worker], round_index)
+            except BaseException as exc:
+                outcome = exc
+        self._results.put((worker, outcome))
+
+    def _collect(self, launched: set[int]) -> list[tuple[int, UnitResult | BaseException]]:
+        """Wait for this round's units (up to round_timeout); take any late ones too."""
+        timeout = self.round_timeout
+        remaining = self.parts.budget.remaining_seconds()
+        if remaining is not None:
+            timeout = remaining if timeout is None else min(timeout, remaining)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pending = set(launched)
+        got: list[tuple[int, UnitResult | BaseException]] = []
+        while pending:
+            wait_for = None if deadline is None else deadline - time.monotonic()
+            if wait_for is not None and wait_for <= 0:
+                break
+            try:
+                worker, outcome = self._results.get(timeout=wait_for)
+            except queue.Empty:
+                break
+            self._busy.discard(worker)
+            pending.discard(worker)
+            got.append((worker, outcome))
+        while True:
+            try:
+                worker, outcome = self._results.get_nowait()
+            except queue.Empty:
+                break
+            self._busy.discard(worker)
+            got.append((worker, outcome))
+        if pending:
+            self.warn_once("straggler", f"round_timeout: {len(pending)} worker(s) still running "
+                                        "were left behind; their late evidence joins a later "
+                                        "round and is judged as stale")
+        return got

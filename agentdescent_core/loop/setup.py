@@ -1,0 +1,240 @@
+"""Everything both drivers build before the first rollout, and tear down after the last.
+
+:func:`build_run` validates the caller's pieces (actor signatures, strategy,
+parallel mode) before anything runs, splits the tasks, opens the ledger
+(scratch, fresh at ``repo_path``, or resumed from it) and wires the verifier,
+the artifact store and the aggregator together.  :class:`RunParts` holds the
+result; its ``close`` removes a scratch ledger and stops the evaluation pool.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import git
+
+from agentdescent_core.aggregator import (
+    Aggregator,
+    AggregatorConfig,
+    AggregatorProtocol,
+    ArtifactStore,
+    AuditScheduler,
+)
+from agentdescent_core.artifacts.diff import Diff
+from agentdescent_core.artifacts.filetree import FileTree
+from agentdescent_core.artifacts.strategies import Strategy
+from agentdescent_core.codec import StateCodec, codec_for
+from agentdescent_core.errors import ContractError, LedgerError
+from agentdescent_core.evaluation.callable import CallableVerifier, callable_name
+from agentdescent_core.evaluation.protocol import TaskSplit
+from agentdescent_core.governance import check_artifact_id
+from agentdescent_core.ledger.ledger import Ledger
+from agentdescent_core.ledger.message import Evidence
+from agentdescent_core.ledger.plumbing import RefUpdate
+from agentdescent_core.loop.budget import Budget
+from agentdescent_core.loop.parallel import DataParallel, ParallelMode, Shard
+from agentdescent_core.loop.sampling import TaskSampler
+from agentdescent_core.loop.worker import Actor, WorkerContext, check_signatures
+from agentdescent_core.staleness import StalenessPolicy, get_policy
+from agentdescent_core.tasks import Task
+
+__all__ = ["RunParts", "build_run", "open_ledger", "split_tasks"]
+
+AggregatorFactory = Callable[..., Any]
+
+
+def split_tasks(
+    tasks: Sequence[Task], held_out_frac: float, *, shuffle: bool, seed: int
+) -> TaskSplit:
+    """The last ``held_out_frac`` of the tasks (after a seeded shuffle if asked) is held out."""
+    if isinstance(held_out_frac, bool) or not 0.0 <= float(held_out_frac) < 1.0:
+        raise ValueError(f"held_out_frac must be in [0, 1), got {held_out_frac!r}")
+    order = [t.id for t in tasks]
+    if shuffle:
+        random.Random(seed).shuffle(order)
+    n_held = 0
+    if held_out_frac > 0 and len(order) >= 2:
+        n_held = min(max(round(len(order) * float(held_out_frac)), 1), len(order) - 1)
+    if 0 < n_held < 4:
+        warnings.warn(
+            f"only {n_held} held-out task(s): final_reward, target_reward and patience are "
+            "measured on them and can only take a few values; use more tasks or a larger "
+            "held_out_frac",
+            RuntimeWarning, stacklevel=4,
+        )
+    cut = len(order) - n_held
+    return TaskSplit(train=tuple(order[:cut]), held_out=tuple(order[cut:]))
+
+
+def _init_repository(path: str, files: dict[str, str], tree: FileTree) -> Ledger:
+    """A new bare repository at ``path`` whose first commit (``main``) holds ``files``."""
+    os.makedirs(path, exist_ok=True)
+    env = {
+        "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_TERMINAL_PROMPT": "0",
+        "GIT_DIR": path,
+    }
+    try:
+        git.Git(path).execute(["git", "init", "--bare", "--quiet", "--template=", path], env=env)
+    except git.GitCommandError as exc:
+        raise LedgerError(f"could not create a ledger repository at {path}: {exc}") from exc
+    ledger = Ledger(path, tree)
+    ops: dict[str, str | None] = {p: files[p] for p in sorted(files)}
+    tree_sha = ledger.git.build_tree(None, ops, ledger.git.write_blobs(ops))
+    sha = ledger.git.commit_tree(tree_sha, [], "agentdescent run base: the initial artifact\n")
+    ledger.git.update_refs([RefUpdate("refs/heads/main", sha, None)], "agentdescent: run base")
+    ledger.git.run("symbolic-ref", "HEAD", "refs/heads/main")
+    return ledger
+
+
+def open_ledger(
+    repo_path: str | os.PathLike[str] | None,
+    strategy: Strategy,
+    codec: StateCodec,
+    artifact_id: str,
+) -> tuple[Ledger, bool]:
+    """The run's ledger and whether an earlier run's artifact was found (resume).
+
+    Without ``repo_path``: a scratch repository (removed by ``close``).  With a
+    missing or empty directory: a new repository there holding the initial
+    artifact.  With an existing repository: its ledger branches are reused (the
+    artifact continues from dev) or created from HEAD, and the initial artifact
+    is committed on dev when HEAD does not already hold it.
+    """
+    initial = strategy.initial()
+    files = {p: t for p, t in codec.to_files(initial).items() if t is not None}
+    if repo_path is None:
+        return Ledger.scratch(files, codec.tree), False
+    path = os.path.abspath(os.fspath(repo_path))
+    if not os.path.exists(path) or (os.path.isdir(path) and not os.listdir(path)):
+        ledger = _init_repository(path, files, codec.tree)
+    else:
+        ledger = Ledger(path, codec.tree)
+    branches = ledger.ensure_branches("HEAD")
+    if branches.resumed:
+        return ledger, True
+    present = codec.from_files(ledger.read_state(ledger.head("dev")))
+    ops: dict[str, str | None] = {k: v for k, v in initial.items() if present.get(k) != v}
+    ops.update({k: None for k in present if k not in initial})
+    if ops:
+        ledger.commit(
+            Diff(codec.to_files(ops), target=artifact_id, author="initial",
+                 rationale="the initial artifact of the run"),
+            evidence=Evidence(extra={"Agentdescent-Initial": "true"}),
+        )
+    return ledger, False
+
+
+def _keys_for_sections(strategy: Strategy, state: dict[str, str]) -> list[str] | None:
+    categories = getattr(strategy, "categories", None)
+    if isinstance(categories, (list, tuple)) and categories:
+        return [str(c) for c in categories]
+    if isinstance(strategy, FileTree):
+        return sorted(state) or None
+    return None
+
+
+@dataclass
+class RunParts:
+    """The wired-up pieces of one run."""
+
+    split: TaskSplit
+    strategy: Strategy
+    ledger: Ledger
+    store: ArtifactStore
+    verifier: CallableVerifier
+    aggregator: AggregatorProtocol
+    budget: Budget
+    ctx: WorkerContext
+    shards: list[Shard]
+    resumed: bool
+    scratch: bool
+
+    def close(self) -> None:
+        self.ctx.stop.set()  # abandoned units stop calling the backend at their next step
+        self.verifier.close()
+        self.ledger.close()
+
+    def ledger_log(self) -> list[str]:
+        log = getattr(self.store, "log", None)
+        try:
+            return list(log()) if callable(log) else []
+        except Exception:  # cosmetic: a failing log must not take the result with it
+            return []
+
+
+def build_run(
+    tasks: list[Task],
+    reward: Callable[[Task, Any], Any],
+    actor: Actor,
+    *,
+    strategy: Strategy,
+    parallel: ParallelMode | None,
+    task_sampler: TaskSampler,
+    blast_radius: float,
+    agg_config: AggregatorConfig | None,
+    aggregator_factory: AggregatorFactory | None,
+    staleness_policy: StalenessPolicy | str | None,
+    n_workers: int,
+    repo_path: str | os.PathLike[str] | None,
+    held_out_frac: float,
+    shuffle: bool,
+    seed: int,
+    budget: Budget,
+    eval_concurrency: int,
+    artifact_id: str,
+) -> RunParts:
+    check_signatures(actor, reward)
+    for name in ("initial", "render", "to_diff"):
+        if not callable(getattr(strategy, name, None)):
+            raise ContractError(
+                f"strategy {type(strategy).__name__} has no {name}() method; a strategy needs "
+                "initial(), render(state) and to_diff(state, proposal, author, base_version, "
+                "target) (AppendRules, KeyedRules, SingleSlot and FileTree have them)"
+            )
+    check_artifact_id(artifact_id)
+    split = split_tasks(tasks, held_out_frac, shuffle=shuffle, seed=seed)
+    mode = parallel if parallel is not None else DataParallel()
+    by_id = {t.id: t for t in tasks}
+    train = [by_id[t] for t in split.train]
+    shards = mode.assign(train, n_workers, _keys_for_sections(strategy, strategy.initial()))
+    if isinstance(staleness_policy, str):
+        staleness_policy = get_policy(staleness_policy)
+    policy = staleness_policy if staleness_policy is not None else get_policy()
+    config = agg_config if agg_config is not None else AggregatorConfig()
+    codec = codec_for(strategy)
+    ledger, resumed = open_ledger(repo_path, strategy, codec, artifact_id)
+    verifier: CallableVerifier | None = None
+    try:
+        store = ArtifactStore(ledger, strategy, codec, artifact_id=artifact_id,
+                              blast_radius=blast_radius)
+        verifier = CallableVerifier(
+            tasks, actor.run, reward, strategy.render, split,
+            eval_concurrency=eval_concurrency, on_call=budget.charge_run, seed=seed,
+        )
+        audit = AuditScheduler(oracle_budget=config.oracle_budget,
+                               trust_floor=config.trust_floor)
+        factory = aggregator_factory if aggregator_factory is not None else Aggregator
+        aggregator = factory(store, verifier, audit, config, policy)
+        missing = [m for m in ("step", "flush", "finish", "head", "head_reward")
+                   if not callable(getattr(aggregator, m, None))]
+        if missing:
+            raise ContractError(
+                f"aggregator_factory {callable_name(factory)} returned "
+                f"{type(aggregator).__name__}, which lacks {', '.join(missing)}; it must "
+                "satisfy AggregatorProtocol (step, flush, finish, head, head_reward)"
+            )
+        ctx = WorkerContext(actor=actor, strategy=strategy, verifier=verifier, budget=budget,
+                            sampler=task_sampler, artifact_id=artifact_id, seed=seed)
+    except BaseException:
+        if verifier is not None:
+            verifier.close()
+        ledger.close()
+        raise
+    return RunParts(split=split, strategy=strategy, ledger=ledger, store=store,
+                    verifier=verifier, aggregator=aggregator, budget=budget, ctx=ctx,
+                    shards=shards, resumed=resumed, scratch=repo_path is None)

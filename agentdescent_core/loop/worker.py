@@ -1,0 +1,272 @@
+"""A worker's unit of work: roll out tasks, propose on a failure, hand over an evidence card.
+
+Both drivers use :func:`work_unit`: the synchronous one once per worker per
+round, the asynchronous one in a loop.  A unit walks its shard in sampler
+order until a task fails (reward below 1.0), asks ``propose`` about that
+failure, turns the proposal into a Diff through the strategy and returns an
+:class:`~agentdescent_core.evidence.EvidenceCard`.  Rollouts go through the
+verifier (memoised, retried); ``propose`` is retried here the same way.
+
+Failure handling follows the three categories: a ContractError (the caller's
+code is wrong) and the budget's stop propagate; a proposal the strategy
+refuses becomes a MergeReport with the refusal's category (counted in the
+round's reasons, like any other merge decision); a backend failure after the
+retries is returned as the unit's ``error`` so the driver's tolerance rule
+decides what it means.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import random
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentdescent_core.artifacts.filetree import state_hash
+from agentdescent_core.artifacts.strategies import Strategy
+from agentdescent_core.errors import BackendError, ContractError, RefusalError
+from agentdescent_core.evaluation.callable import (
+    CallableVerifier,
+    call_with_retries,
+    callable_name,
+)
+from agentdescent_core.evidence import EvidenceCard, MergeReport
+from agentdescent_core.loop.budget import Budget
+from agentdescent_core.loop.parallel import Shard
+from agentdescent_core.loop.sampling import TaskSampler
+from agentdescent_core.tasks import Task
+
+__all__ = ["Actor", "Snapshot", "UnitResult", "WorkerContext", "check_signatures",
+           "resolve_actor", "work_unit"]
+
+RunFn = Callable[[str, Task], Any]
+ProposeFn = Callable[[str, Task, Any, float], Any]
+
+
+@dataclass(frozen=True)
+class Actor:
+    """The caller callables: ``run(rendered, task)``, ``propose(rendered, task, out, score)``."""
+
+    run: RunFn
+    propose: ProposeFn
+
+
+def resolve_actor(agent: object | None, run: RunFn | None, propose: ProposeFn | None) -> Actor:
+    """``agent=`` (anything with run/propose methods) or ``run=`` + ``propose=``, not both."""
+    if agent is not None:
+        if run is not None or propose is not None:
+            raise ContractError(
+                "pass either agent= or run= + propose=, not both: agent= already supplies "
+                "run and propose"
+            )
+        agent_run = getattr(agent, "run", None)
+        agent_propose = getattr(agent, "propose", None)
+        if not callable(agent_run) or not callable(agent_propose):
+            raise ContractError(
+                f"agent {type(agent).__name__} needs callable run(rendered, task) and "
+                "propose(rendered, task, output, score) methods (LLMAgent has both)"
+            )
+        return Actor(agent_run, agent_propose)
+    if run is None or propose is None:
+        missing = " and ".join(n for n, f in (("run=", run), ("propose=", propose)) if f is None)
+        raise ContractError(
+            f"evolve() needs an actor: pass agent=LLMAgent(...) or both run= and propose= "
+            f"({missing} missing)"
+        )
+    for role, fn in (("run", run), ("propose", propose)):
+        if not callable(fn):
+            raise ContractError(f"{role}= must be callable, got {type(fn).__name__} ({fn!r:.60})")
+    return Actor(run, propose)
+
+
+def _check_binds(role: str, fn: object, shape: str, args: Sequence[object]) -> None:
+    try:
+        signature = inspect.signature(fn)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return  # no introspectable signature (a builtin): the first call will tell
+    try:
+        signature.bind(*args)
+    except TypeError as exc:
+        raise ContractError(
+            f"{role} {callable_name(fn)}{signature} cannot be called as {shape} ({exc}); "
+            f"give it exactly those positional parameters"
+        ) from None
+
+
+def check_signatures(actor: Actor, reward: object) -> None:
+    """Bind-test the callables before the first rollout, so a typo fails fast and by name."""
+    if not callable(reward):
+        raise ContractError(f"reward must be callable as reward(task, output), got {reward!r:.60}")
+    probe = Task("signature-check", "")
+    _check_binds("run", actor.run, "run(rendered, task)", ("", probe))
+    _check_binds("propose", actor.propose, "propose(rendered, task, output, score)",
+                 ("", probe, None, 0.0))
+    _check_binds("reward", reward, "reward(task, output)", (probe, None))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The version a worker reads: proposals are made against it and carry its number."""
+
+    version: int
+    state: Mapping[str, str]
+
+
+@dataclass
+class UnitResult:
+    """What one unit of work produced."""
+
+    card: EvidenceCard | None = None
+    reports: list[MergeReport] = field(default_factory=list)
+    rollouts: int = 0
+    proposals: int = 0
+    succeeded: bool = False
+    error: BaseException | None = None
+    self_verify_rejected: bool = False
+
+
+class WorkerContext:
+    """Everything the workers of one run share (thread-safe where it has to be)."""
+
+    def __init__(
+        self,
+        *,
+        actor: Actor,
+        strategy: Strategy,
+        verifier: CallableVerifier,
+        budget: Budget,
+        sampler: TaskSampler,
+        artifact_id: str,
+        seed: int = 0,
+        retries: int = 3,
+        backoff: float = 0.01,
+    ) -> None:
+        self.actor = actor
+        self.strategy = strategy
+        self.verifier = verifier
+        self.budget = budget
+        self.sampler = sampler
+        self.artifact_id = artifact_id
+        self.seed = seed
+        self.retries = retries
+        self.backoff = backoff
+        self.stop = threading.Event()  # set when the run ends: units return at the next step
+        self._lock = threading.Lock()
+        self._visits: dict[tuple[str, str], int] = {}
+        self._rngs: dict[int, random.Random] = {}
+
+    def pick(self, worker: int, shard: Sequence[str], exclude: set[str]) -> str | None:
+        with self._lock:
+            rng = self._rngs.setdefault(worker, random.Random(self.seed * 7919 + worker))
+            return self.sampler.next_task(worker, shard, rng, exclude)
+
+    def observe(self, task_id: str, reward: float) -> None:
+        with self._lock:
+            self.sampler.observe(task_id, reward)
+
+    def next_repeat(self, state_key: str, task_id: str) -> int:
+        """Each visit of a (state, task) by a worker reads a fresh repeat index.
+
+        The first visit reuses repeat 0 of the evaluations; later ones observe
+        new outcomes, which matters for a stochastic actor.
+        """
+        with self._lock:
+            index = self._visits.get((state_key, task_id), 0)
+            self._visits[(state_key, task_id)] = index + 1
+            return index
+
+
+def _check_proposal(proposal: object, propose: object, task_id: str) -> None:
+    if isinstance(proposal, (str, Mapping)) or (
+        isinstance(proposal, Sequence) and not isinstance(proposal, (bytes, bytearray))
+    ):
+        return
+    raise ContractError(
+        f"propose {callable_name(propose)} returned {type(proposal).__name__} "
+        f"({proposal!r:.60}) for task {task_id!r}; return the strategy's proposal (a rule "
+        "string, a {key: text} mapping, a list of rules) or None for no proposal"
+    )
+
+
+def _rationale(proposal: object) -> str:
+    if isinstance(proposal, str):
+        return proposal.strip()[:500]
+    if isinstance(proposal, Mapping):
+        text = proposal.get("rationale") if "rationale" in proposal else None
+        return str(text)[:500] if text else ""
+    return ""
+
+
+def work_unit(
+    ctx: WorkerContext,
+    worker: int,
+    snapshot: Snapshot,
+    shard: Shard,
+    round_index: int,
+    *,
+    self_verify: bool = False,
+) -> UnitResult:
+    """Roll out until a failure, propose once on it, return the card (or why there is none)."""
+    result = UnitResult()
+    name = f"worker-{worker}"
+    state = dict(snapshot.state)
+    key = state_hash(state)
+    tried: set[str] = set()
+    try:
+        while len(tried) < len(shard.tasks) and not ctx.stop.is_set():
+            task_id = ctx.pick(worker, shard.tasks, tried)
+            if task_id is None:
+                break
+            tried.add(task_id)
+            rollout = ctx.verifier.rollout(state, task_id, ctx.next_repeat(key, task_id))
+            result.rollouts += 1
+            result.succeeded = True
+            ctx.observe(task_id, rollout.reward)
+            if rollout.reward >= 1.0 or ctx.stop.is_set():
+                continue
+            task = ctx.verifier.task(task_id)
+            rendered = ctx.verifier.render(state)
+            proposal = call_with_retries(
+                functools.partial(ctx.actor.propose, rendered, task, rollout.output,
+                                  rollout.reward),
+                what=f"propose {callable_name(ctx.actor.propose)} on task {task_id!r}",
+                retries=ctx.retries, backoff=ctx.backoff, on_attempt=ctx.budget.charge_propose,
+            )
+            result.proposals += 1
+            if proposal is None:
+                continue
+            _check_proposal(proposal, ctx.actor.propose, task_id)
+            try:
+                diff = ctx.strategy.to_diff(state, proposal, name, snapshot.version,
+                                            ctx.artifact_id)
+            except RefusalError as refusal:
+                result.reports.append(MergeReport(
+                    ctx.artifact_id, refusal.category,
+                    f"{name}'s proposal for task {task_id!r} was refused before merging "
+                    f"({refusal.code}): {refusal.message}",
+                    considered=1,
+                ))
+                continue
+            if diff is None:
+                continue  # the artifact already says this
+            if not diff.rationale:
+                diff = dataclasses.replace(diff, rationale=_rationale(proposal))
+            before, after = rollout.reward, None
+            if self_verify:
+                after = ctx.verifier.rollout(diff.apply(state), task_id, 0).reward
+                result.rollouts += 1
+                if after < before:
+                    result.self_verify_rejected = True
+                    continue
+            result.card = EvidenceCard(
+                diff=diff, worker=name, round=round_index, tasks=(task_id,),
+                before=before, after=after, allowed_keys=shard.allowed_keys,
+            )
+            return result
+    except BackendError as exc:
+        result.error = exc
+    return result
