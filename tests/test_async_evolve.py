@@ -134,7 +134,7 @@ def test_a_dead_backend_retires_every_worker_and_names_the_failure() -> None:
     with pytest.warns(RuntimeWarning) as caught:
         result = run_async(Rulebook(dead=True), n_workers=3, max_worker_errors=2)
     assert any("ended on an error" in str(w.message) for w in caught)
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 5.0  # well under max_seconds=10: it stopped by itself
     assert result.stop_reason == "error"
     assert result.retired_workers == 3
     assert result.error is not None

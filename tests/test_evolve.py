@@ -226,7 +226,11 @@ def test_a_dead_backend_ends_fast_with_an_error_naming_it() -> None:
     with pytest.warns(RuntimeWarning) as caught:
         result = evolve_rules(book, rounds=50, n_workers=3, max_worker_errors=3)
     assert any("ended on an error" in str(w.message) for w in caught)
-    assert time.monotonic() - started < 1.0
+    # It gives up after max_worker_errors rounds, not after the 50 rounds asked for: 50
+    # rounds of 3 workers trying each rollout 4 times would be 600 calls at least.  The
+    # clock bound is generous so a loaded machine cannot fail it; it took 0.56 s here.
+    assert book.run_calls < 150
+    assert time.monotonic() - started < 5.0
     assert result.stop_reason == "error"
     assert result.error is not None
     assert result.error.startswith("BackendError: ")
