@@ -210,6 +210,9 @@ def test_resume_through_repo_path_continues_from_the_committed_artifact(tmp_path
     assert rule("alpha") in last.rendered
 
 
+# With threads interleaving, one task can draw four failing calls in a row; the worker
+# then warns and backs off, which is the behaviour under test, not noise to report.
+@pytest.mark.filterwarnings("ignore:.*failed after its retries:RuntimeWarning")
 def test_transient_failures_one_call_in_three_the_run_finishes_and_learns() -> None:
     book = Rulebook(fail_every=3)
     result = evolve_rules(book, rounds=12, n_workers=2, target_reward=1.0)
