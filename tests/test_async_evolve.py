@@ -1,64 +1,21 @@
 """async_evolve(): the barrier-free driver, on real scratch ledgers.
 
-Same stub workload as tests/test_evolve.py: 12 tasks in 4 categories, each
+The stub workload of tests/rulebook.py: 12 tasks in 4 categories, each
 needing its category's rule; the held-out third holds one task per category.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
 import pytest
+from rulebook import CATS, HELD_OUT, Rulebook, rule
 
 from agentdescent_core.aggregator import Aggregator
 from agentdescent_core.errors import BackendError, ContractError
 from agentdescent_core.evidence import EvidenceCard, MergeReport
 from agentdescent_core.loop import STOP_REASONS, EvolutionResult, RoundInfo, async_evolve, evolve
-from agentdescent_core.tasks import Task
-
-CATS = ("alpha", "beta", "gamma", "delta")
-HELD_OUT = 1 / 3
-
-
-def rule(category: str) -> str:
-    return f"For {category} questions, answer in {category.upper()} form."
-
-
-class Rulebook:
-    def __init__(self, *, fail_every: int = 0, dead: bool = False, useless: bool = False) -> None:
-        self.fail_every = fail_every
-        self.dead = dead
-        self.useless = useless
-        self.run_calls = 0
-        self.proposals = 0
-        self.lock = threading.Lock()
-        self.tasks = [
-            Task(f"{c}-{i}", f"question {i} about {c}", {"category": c, "gold": f"{c.upper()}:{i}"})
-            for i in range(3) for c in CATS
-        ]
-
-    def run(self, rendered: str, task: Task) -> str:
-        with self.lock:
-            self.run_calls += 1
-            number = self.run_calls
-        if self.dead:
-            raise ConnectionError("backend unreachable at http://model.invalid")
-        if self.fail_every and number % self.fail_every == 0:
-            raise TimeoutError(f"flaky backend (call {number})")
-        category = str(task.meta["category"])
-        return str(task.meta["gold"]) if rule(category) in rendered else "I do not know"
-
-    def reward(self, task: Task, output: Any) -> float:
-        return 1.0 if output == task.meta["gold"] else 0.0
-
-    def propose(self, rendered: str, task: Task, output: Any, score: float) -> str:
-        if self.useless:  # like a model that keeps suggesting new, unhelpful rules
-            with self.lock:
-                self.proposals += 1
-                return f"Be polite (idea {self.proposals})."
-        return rule(str(task.meta["category"]))
 
 
 def run_async(book: Rulebook, **kw: Any) -> EvolutionResult:

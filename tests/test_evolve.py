@@ -1,9 +1,7 @@
 """evolve(): the synchronous driver end to end, on real ledgers (scratch or tmp_path repos).
 
-The workload: 12 tasks in 4 categories whose gold answers need a category rule
-the initial artifact lacks; ``run`` answers right only when the rendered
-artifact states the task's rule, and ``propose`` states that rule.  Tasks are
-ordered so the held-out third holds one task of each category.
+The workload is tests/rulebook.py: 12 tasks in 4 categories whose gold answers
+need a category rule the initial artifact lacks.
 """
 
 from __future__ import annotations
@@ -17,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rulebook import CATS, HELD_OUT, Rulebook, rule
 
 from agentdescent_core.aggregator import AggregatorConfig
 from agentdescent_core.artifacts.strategies import AppendRules, KeyedRules
@@ -32,54 +31,6 @@ from agentdescent_core.loop import (
     evolve,
 )
 from agentdescent_core.tasks import Task
-
-CATS = ("alpha", "beta", "gamma", "delta")
-HELD_OUT = 1 / 3
-
-
-def rule(category: str) -> str:
-    return f"For {category} questions, answer in {category.upper()} form."
-
-
-class Rulebook:
-    """The stub workload; ``fail_every`` makes every n-th run call raise, ``dead`` all of them."""
-
-    def __init__(self, *, fail_every: int = 0, dead: bool = False, useless: bool = False) -> None:
-        self.fail_every = fail_every
-        self.dead = dead
-        self.useless = useless
-        self.run_calls = 0
-        self.proposed_on: list[str] = []
-        self.lock = threading.Lock()
-        self.tasks = [
-            Task(f"{c}-{i}", f"question {i} about {c}", {"category": c, "gold": f"{c.upper()}:{i}"})
-            for i in range(3) for c in CATS
-        ]
-
-    @property
-    def held_out_ids(self) -> set[str]:
-        return {t.id for t in self.tasks[-4:]}
-
-    def run(self, rendered: str, task: Task) -> str:
-        with self.lock:
-            self.run_calls += 1
-            number = self.run_calls
-        if self.dead:
-            raise ConnectionError("backend unreachable at http://model.invalid")
-        if self.fail_every and number % self.fail_every == 0:
-            raise TimeoutError(f"flaky backend (call {number})")
-        category = str(task.meta["category"])
-        return str(task.meta["gold"]) if rule(category) in rendered else "I do not know"
-
-    def reward(self, task: Task, output: Any) -> float:
-        return 1.0 if output == task.meta["gold"] else 0.0
-
-    def propose(self, rendered: str, task: Task, output: Any, score: float) -> str:
-        with self.lock:
-            self.proposed_on.append(task.id)
-        if self.useless:
-            return "Be polite."
-        return rule(str(task.meta["category"]))
 
 
 def evolve_rules(book: Rulebook, **kw: Any) -> EvolutionResult:

@@ -8,6 +8,9 @@ strategies.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+
 from agentdescent_core.artifacts.diff import Diff
 from agentdescent_core.artifacts.strategies import Strategy
 from agentdescent_core.codec import StateCodec
@@ -16,6 +19,8 @@ from agentdescent_core.ledger.ledger import CommitResult, Ledger, PromoteResult
 from agentdescent_core.ledger.message import Evidence
 
 __all__ = ["ArtifactStore"]
+
+_CACHED_STATES = 8
 
 
 class ArtifactStore:
@@ -42,6 +47,10 @@ class ArtifactStore:
         self.codec = codec
         self.artifact_id = artifact_id
         self.blast_radius = float(blast_radius)
+        # A commit's state never changes, and the head is read by every firing, every
+        # reward measurement and every snapshot; keep the last few states by sha.
+        self._states: OrderedDict[str, dict[str, str]] = OrderedDict()
+        self._states_lock = threading.Lock()  # async workers snapshot while the merger reads
 
     def __repr__(self) -> str:
         return f"ArtifactStore({self.artifact_id!r}, {self.ledger!r})"
@@ -49,7 +58,7 @@ class ArtifactStore:
     def head(self) -> tuple[int, str, dict[str, str]]:
         """``(version, sha, state)`` of the dev head."""
         sha = self.ledger.head("dev")
-        return self.ledger.version_of(sha), sha, self.state_at(sha)
+        return self.ledger.version_of(sha), sha, self._state_of(sha)
 
     def state_at(self, rev_or_version: str | int) -> dict[str, str]:
         """The artifact state at a dev version number or a commit sha."""
@@ -58,7 +67,21 @@ class ArtifactStore:
     def stable(self) -> tuple[int, str, dict[str, str]]:
         """``(version, sha, state)`` of the stable head."""
         sha = self.ledger.head("stable")
-        return self.ledger.version_of(sha), sha, self.state_at(sha)
+        return self.ledger.version_of(sha), sha, self._state_of(sha)
+
+    def _state_of(self, sha: str) -> dict[str, str]:
+        """A copy of the state at commit ``sha``, read from git once per sha."""
+        with self._states_lock:
+            state = self._states.get(sha)
+            if state is not None:
+                self._states.move_to_end(sha)
+                return dict(state)
+        state = self.state_at(sha)
+        with self._states_lock:
+            self._states[sha] = state
+            if len(self._states) > _CACHED_STATES:
+                self._states.popitem(last=False)
+        return dict(state)
 
     def commit(self, diff: Diff, *, evidence: Evidence | None, expected_head: str) -> CommitResult:
         """Commit ``diff`` (in key space) on dev only if dev is still at ``expected_head``.

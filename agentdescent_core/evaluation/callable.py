@@ -19,8 +19,6 @@ three things that must hold everywhere are done once:
 
 from __future__ import annotations
 
-import math
-import numbers
 import random
 import threading
 import time
@@ -32,7 +30,7 @@ from typing import Any, TypeVar
 from agentdescent_core.artifacts.filetree import state_hash
 from agentdescent_core.errors import BackendError, ContractError
 from agentdescent_core.evaluation.protocol import TaskSplit
-from agentdescent_core.stats.samples import TaskSamples
+from agentdescent_core.stats.samples import TaskSamples, as_reward
 from agentdescent_core.tasks import Task
 
 __all__ = ["CallableVerifier", "Rollout", "call_with_retries", "callable_name", "check_reward"]
@@ -51,12 +49,9 @@ def callable_name(fn: object) -> str:
 
 def check_reward(value: object, *, task_id: str, reward_fn: object) -> float:
     """The reward as a float, or ContractError saying what was wrong with it."""
-    if isinstance(value, bool):
-        return 1.0 if value else 0.0
-    if isinstance(value, numbers.Real):
-        score = float(value)
-        if math.isfinite(score) and 0.0 <= score <= 1.0:
-            return score
+    score = as_reward(value)
+    if score is not None:
+        return score
     raise ContractError(
         f"reward {callable_name(reward_fn)} returned {value!r:.80} for task {task_id!r}; "
         "a reward must be a finite number in [0, 1] (pass 1.0, fail 0.0) — clip or rescale "

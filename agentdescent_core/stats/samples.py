@@ -10,6 +10,7 @@ every number downstream, so it is refused with the task named.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -36,21 +37,33 @@ a person means by "this test passes" for a flaky test.
 FlipKind = Literal["fail->pass", "pass->fail"]
 
 
-def _check_reward(nodeid: str, index: int, value: object) -> float:
+def as_reward(value: object) -> float | None:
+    """``value`` as a reward (a bool counts as pass/fail), or None when it is not one.
+
+    The one definition of a valid reward: a finite real number in [0, 1].
+    Callers raise their own error, naming what produced the bad value.
+    """
     if isinstance(value, bool):
         return 1.0 if value else 0.0
-    if not isinstance(value, (int, float)):
+    if not isinstance(value, numbers.Real):
+        return None
+    reward = float(value)
+    return reward if math.isfinite(reward) and 0.0 <= reward <= 1.0 else None
+
+
+def _check_reward(nodeid: str, index: int, value: object) -> float:
+    reward = as_reward(value)
+    if reward is not None:
+        return reward
+    if not isinstance(value, numbers.Real):
         raise ValueError(
             f"task {nodeid!r}: reward #{index} is {value!r}, not a number; "
             "rewards are floats in [0, 1] (pass 1.0, fail 0.0)"
         )
-    reward = float(value)
-    if not math.isfinite(reward) or not 0.0 <= reward <= 1.0:
-        raise ValueError(
-            f"task {nodeid!r}: reward #{index} is {reward!r}; rewards must be finite "
-            "and within [0, 1] (clip or rescale graded rewards before passing them)"
-        )
-    return reward
+    raise ValueError(
+        f"task {nodeid!r}: reward #{index} is {float(value)!r}; rewards must be finite "
+        "and within [0, 1] (clip or rescale graded rewards before passing them)"
+    )
 
 
 @dataclass(frozen=True)
