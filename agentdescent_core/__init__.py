@@ -75,6 +75,13 @@ _EXPORTS: dict[str, str] = {
     "LLMAgent": "agentdescent_core.agents",
     "from_callable": "agentdescent_core.agents",
     "reflector": "agentdescent_core.agents",
+    # sandboxed evaluation
+    "SandboxedVerifier": "agentdescent_core.evaluation.sandboxed",
+    "EvalCache": "agentdescent_core.evaluation.cache",
+    "TestRecord": "agentdescent_core.evaluation.records",
+    "Workspace": "agentdescent_core.sandbox.workspace",
+    "Limits": "agentdescent_core.sandbox.spec",
+    "get_backend": "agentdescent_core.sandbox.select",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -123,7 +130,10 @@ if TYPE_CHECKING:
         RefusalError,
     )
     from agentdescent_core.evaluation import TaskSplit, Verifier
+    from agentdescent_core.evaluation.cache import EvalCache
     from agentdescent_core.evaluation.callable import CallableVerifier
+    from agentdescent_core.evaluation.records import TestRecord
+    from agentdescent_core.evaluation.sandboxed import SandboxedVerifier
     from agentdescent_core.evidence import (
         MERGE_CATEGORIES,
         EvidenceCard,
@@ -143,6 +153,9 @@ if TYPE_CHECKING:
         async_evolve,
         evolve,
     )
+    from agentdescent_core.sandbox.select import get_backend
+    from agentdescent_core.sandbox.spec import Limits
+    from agentdescent_core.sandbox.workspace import Workspace
     from agentdescent_core.staleness import Full, Guarded, Reflective, StalenessPolicy, get_policy
     from agentdescent_core.stats import AcceptanceDecision, TaskSamples, get_acceptance_policy
     from agentdescent_core.tasks import Task

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_agentdescent.reward import evolve_reward  # noqa: F401  (the fixture, registered here)
+
 EVOLVE_MARKER = (
     "evolve(weight=1.0, holdout=None): this test is an agentdescent task; "
     "its pass/fail (or evolve_reward value) is the reward."

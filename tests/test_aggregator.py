@@ -25,8 +25,8 @@ from agentdescent_core.artifacts import AppendRules, Diff, FileTree, KeyedRules,
 from agentdescent_core.artifacts.filetree import state_hash
 from agentdescent_core.artifacts.strategies import canonical_rule, rule_key
 from agentdescent_core.codec import codec_for
-from agentdescent_core.errors import BackendError
-from agentdescent_core.evaluation.protocol import TaskSplit
+from agentdescent_core.errors import BackendError, RefusalError
+from agentdescent_core.evaluation.protocol import Disqualifying, TaskSplit
 from agentdescent_core.evidence import MERGE_CATEGORIES, EvidenceCard, MergeReport
 from agentdescent_core.governance import FrozenSet
 from agentdescent_core.ledger import Ledger
@@ -472,5 +472,45 @@ def test_commits_land_in_a_user_repository_without_touching_the_checkout(user_re
         assert changed.strip() == "skills/greet/SKILL.md"
         assert agg.finish(clean=True) is not None
         assert ledger.head("stable") == ledger.head("dev")
+    finally:
+        ledger.close()
+
+
+# ---------------------------------------------------------------- disqualification
+
+
+class TamperAwareVerifier(RuleVerifier):
+    """Like the sandboxed verifier: a state whose run touched a frozen file is ruled out."""
+
+    def disqualification(self, state: Mapping[str, str]) -> RefusalError | None:
+        if any("TAMPER" in text for text in state.values()):
+            return RefusalError("frozen-violation", "frozen-modified",
+                                "the run modified tests/test_x.py (frozen)", "tests/test_x.py")
+        return None
+
+
+def test_a_disqualified_candidate_is_reported_with_the_refusal_category():
+    ledger = Ledger.scratch({"artifact/rules.txt": "base\n"},
+                            FileTree(["artifact"]))
+    try:
+        strategy = FileTree(["artifact"])
+        store = ArtifactStore(ledger, strategy, codec_for(strategy))
+        verifier = TamperAwareVerifier({"t0": "cite sources", "t1": "cite sources"})
+        assert isinstance(verifier, Disqualifying)
+        agg = Aggregator(store, verifier, None, AggregatorConfig(), None)
+        # The candidate would win on its scores; the disqualification still rules it out.
+        card = EvidenceCard(
+            diff=Diff({"artifact/rules.txt": "cite sources TAMPER\n"}, target="artifact"),
+            worker="w0", round=0, tasks=("t0",),
+        )
+        report = only(agg.step([card], round=1))
+        assert report.category == "frozen-violation"
+        assert "tests/test_x.py" in report.reason
+        assert ledger.head("dev") == ledger.head("stable")  # nothing committed
+        clean = EvidenceCard(
+            diff=Diff({"artifact/rules.txt": "cite sources\n"}, target="artifact"),
+            worker="w0", round=0, tasks=("t0",),
+        )
+        assert only(agg.step([clean], round=2)).category == "committed"
     finally:
         ledger.close()

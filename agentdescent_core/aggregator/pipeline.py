@@ -17,6 +17,7 @@ from agentdescent_core.aggregator.fusion import fuse, tournament
 from agentdescent_core.artifacts.diff import Diff
 from agentdescent_core.artifacts.filetree import FileTree
 from agentdescent_core.errors import CasConflictError, ContractError, LedgerError
+from agentdescent_core.evaluation.protocol import Disqualifying
 from agentdescent_core.evidence import EvidenceCard, MergeOutcome, MergeReport
 from agentdescent_core.ledger.message import Evidence
 from agentdescent_core.staleness import StalenessAction, alpha_for
@@ -231,6 +232,9 @@ class Firing:
                                 f"{winner.label} changes nothing on v{self.version}",
                                 diff=diff, fused=winner.fused)
         cheap = self._cheap_improves(winner, state)
+        ruled_out = self._disqualified(winner, state, diff)
+        if ruled_out is not None:
+            return ruled_out
         vetoed = self._audit(winner, state)
         if vetoed is not None:
             return vetoed
@@ -248,6 +252,9 @@ class Firing:
             extra={"policy": decision.policy, "p_value": decision.p_value,
                    "trust": trust, "workers": winner.workers},
         )
+        ruled_out = self._disqualified(winner, state, diff)
+        if ruled_out is not None:
+            return ruled_out
         if not decision.accept:
             return self._report(MergeOutcome.BELOW_THRESHOLD,
                                 f"{winner.label}: {decision.reason}", **measured)
@@ -258,6 +265,19 @@ class Firing:
             return self._report(MergeOutcome.GUARD_FAILED,
                                 f"{winner.label}: guard(s) regressed: {listed}", **measured)
         return self._commit(winner, diff, decision.reason, measured)
+
+    def _disqualified(self, winner: Candidate, state: Mapping[str, str], diff: Diff
+                      ) -> MergeReport | None:
+        """A report when the verifier ruled ``state`` out (e.g. its run touched a frozen file)."""
+        verifier = self.agg.verifier
+        if not isinstance(verifier, Disqualifying):
+            return None
+        refusal = verifier.disqualification(state)
+        if refusal is None:
+            return None
+        return self._report(MergeOutcome(refusal.category),
+                            f"{winner.label} disqualified: {refusal.message}",
+                            diff=diff, fused=winner.fused)
 
     def _commit(self, winner: Candidate, diff: Diff, why: str, measured: dict[str, object]
                 ) -> MergeReport:

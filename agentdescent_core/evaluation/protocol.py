@@ -11,9 +11,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from agentdescent_core.errors import RefusalError
 from agentdescent_core.stats.samples import TaskSamples
 
-__all__ = ["TaskSplit", "Verifier"]
+__all__ = ["Disqualifying", "TaskSplit", "Verifier"]
 
 
 @dataclass(frozen=True)
@@ -72,4 +73,19 @@ class Verifier(Protocol):
         Raises ContractError for a malformed reward, BackendError when the
         backend keeps failing after its retries.
         """
+        ...
+
+
+@runtime_checkable
+class Disqualifying(Protocol):
+    """A verifier that can rule a state out whatever its tests said.
+
+    The sandboxed verifier implements it: a candidate whose run changed a
+    frozen file is disqualified (``frozen-violation``).  The aggregator asks
+    after evaluating a candidate and reports the refusal's category instead
+    of a score.
+    """
+
+    def disqualification(self, state: Mapping[str, str]) -> RefusalError | None:
+        """The refusal that rules ``state`` out, or None (also when never evaluated)."""
         ...

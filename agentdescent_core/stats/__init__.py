@@ -10,35 +10,32 @@ the measured rates are in ``docs/statistics.md``.
 
 from __future__ import annotations
 
-from agentdescent_core.stats.beta import (
-    annealed_delta,
-    pooled_improvement,
-    posterior_improvement,
-)
-from agentdescent_core.stats.permutation import (
-    STATISTICS,
-    PermutationResult,
-    Statistic,
-    permutation_test,
-)
-from agentdescent_core.stats.policies import (
-    DEFAULT_POLICY,
-    DEFAULT_REPEATS,
-    POLICIES,
-    AcceptancePolicy,
-    BetaPolicy,
-    PairedPolicy,
-    baseline_repeats,
-    get_acceptance_policy,
-)
-from agentdescent_core.stats.samples import (
-    PASS_THRESHOLD,
-    AcceptanceDecision,
-    Flip,
-    FlipKind,
-    TaskSamples,
-    find_flips,
-)
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS: dict[str, str] = {
+    "annealed_delta": "agentdescent_core.stats.beta",
+    "pooled_improvement": "agentdescent_core.stats.beta",
+    "posterior_improvement": "agentdescent_core.stats.beta",
+    "STATISTICS": "agentdescent_core.stats.permutation",
+    "PermutationResult": "agentdescent_core.stats.permutation",
+    "Statistic": "agentdescent_core.stats.permutation",
+    "permutation_test": "agentdescent_core.stats.permutation",
+    "DEFAULT_POLICY": "agentdescent_core.stats.policies",
+    "DEFAULT_REPEATS": "agentdescent_core.stats.policies",
+    "POLICIES": "agentdescent_core.stats.policies",
+    "AcceptancePolicy": "agentdescent_core.stats.policies",
+    "BetaPolicy": "agentdescent_core.stats.policies",
+    "PairedPolicy": "agentdescent_core.stats.policies",
+    "baseline_repeats": "agentdescent_core.stats.policies",
+    "get_acceptance_policy": "agentdescent_core.stats.policies",
+    "PASS_THRESHOLD": "agentdescent_core.stats.samples",
+    "AcceptanceDecision": "agentdescent_core.stats.samples",
+    "Flip": "agentdescent_core.stats.samples",
+    "FlipKind": "agentdescent_core.stats.samples",
+    "TaskSamples": "agentdescent_core.stats.samples",
+    "find_flips": "agentdescent_core.stats.samples",
+}
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -63,3 +60,49 @@ __all__ = [
     "pooled_improvement",
     "posterior_improvement",
 ]
+
+if TYPE_CHECKING:
+    from agentdescent_core.stats.beta import (
+        annealed_delta,
+        pooled_improvement,
+        posterior_improvement,
+    )
+    from agentdescent_core.stats.permutation import (
+        STATISTICS,
+        PermutationResult,
+        Statistic,
+        permutation_test,
+    )
+    from agentdescent_core.stats.policies import (
+        DEFAULT_POLICY,
+        DEFAULT_REPEATS,
+        POLICIES,
+        AcceptancePolicy,
+        BetaPolicy,
+        PairedPolicy,
+        baseline_repeats,
+        get_acceptance_policy,
+    )
+    from agentdescent_core.stats.samples import (
+        PASS_THRESHOLD,
+        AcceptanceDecision,
+        Flip,
+        FlipKind,
+        TaskSamples,
+        find_flips,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    # Loaded on first use, so importing the standard-library-only ``samples``
+    # module (the child recorder does) does not pull in numpy and scipy.
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agentdescent_core.stats' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,65 @@
+"""What one evaluated test tells us: the unit the recorder writes and the cache keeps."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["OUTCOMES", "REWARDING_OUTCOMES", "TestRecord"]
+
+#: Every outcome the recorder can report for one test (phases combined).
+OUTCOMES: tuple[str, ...] = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+#: Outcomes that are rewards; skipped and xfailed tests are not measurements.
+REWARDING_OUTCOMES: frozenset[str] = frozenset({"passed", "failed", "error", "xpassed"})
+
+
+@dataclass(frozen=True)
+class TestRecord:
+    """One run of one test (one repeat), as the child's recorder saw it.
+
+    ``reward`` is the ``evolve_reward`` value when the test recorded one, else
+    1.0 for passed / xpassed and 0.0 for failed / error; None for skipped and
+    xfailed.  ``message`` is pytest's rewritten assertion message (or the error,
+    or why the run was cut short); ``output`` the captured stdout / stderr / log,
+    truncated.  ``phase`` names where a failure happened (``setup``, ``call``,
+    ``teardown``, ``collect``, ``timeout``, ``crash``).
+    """
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    nodeid: str
+    outcome: str
+    reward: float | None
+    repeat: int = 0
+    message: str = ""
+    output: str = ""
+    duration: float = 0.0
+    phase: str = "call"
+
+    def __post_init__(self) -> None:
+        if self.outcome not in OUTCOMES:
+            raise ValueError(f"unknown test outcome {self.outcome!r}; expected one of {OUTCOMES}")
+
+    @property
+    def counts(self) -> bool:
+        """True when this record is a reward measurement (not a skip or xfail)."""
+        return self.outcome in REWARDING_OUTCOMES
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> TestRecord:
+        reward = data.get("reward")
+        return cls(
+            nodeid=str(data["nodeid"]),
+            outcome=str(data["outcome"]),
+            reward=None if reward is None else float(reward),
+            repeat=int(data.get("repeat", 0)),
+            message=str(data.get("message", "")),
+            output=str(data.get("output", "")),
+            duration=float(data.get("duration", 0.0)),
+            phase=str(data.get("phase", "call")),
+        )

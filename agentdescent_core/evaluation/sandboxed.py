@@ -1,0 +1,506 @@
+"""The verifier the pytest plugin uses: the marked tests, run in sandboxed workspaces.
+
+:class:`SandboxedVerifier` answers the engine's
+:class:`~agentdescent_core.evaluation.protocol.Verifier` questions by writing
+a candidate's artifact files into a private :class:`Workspace`, running the
+requested tests there in a child pytest through a sandbox backend
+(:mod:`.child`), and checking afterwards that the run left every frozen file
+alone.  Three things hold for every answer:
+
+* **Never paid twice.**  Records are memoised in memory and, with an
+  :class:`EvalCache`, on disk, keyed by (artifact hash, context hash, nodeid,
+  repeat).  The context hash covers the commit's frozen tree *and* every
+  setting that can change a result (backend, network, limits, timeouts,
+  pytest arguments, Python), so a cached record is reused only where it would
+  come out the same.  Asking for more repeats runs only the missing ones.
+* **A candidate cannot win by cheating.**  A skipped or xfailed task earns 0.0
+  (making a test skip is not an improvement); a candidate whose run changed a
+  frozen file is disqualified (:meth:`disqualification`, every reward 0.0) and
+  the workspace is restored at once; one whose tests do not collect fails as a
+  whole (:meth:`candidate_error`).  Under a backend without file-system
+  isolation (``local``) the user's repository is also stat-scanned around each
+  run, and a change there disqualifies the candidate too — with the honest
+  caveat that an edit the user makes during that run is blamed on it.
+* **Thread-safe.**  Workspaces form a pool (created lazily, one child per
+  workspace at a time); concurrent requests for the same candidate wait for
+  each other instead of running the same tests twice; ``eval_concurrency``
+  splits one request's tests into chunks that run at once, each in its own
+  workspace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import threading
+import warnings
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from agentdescent_core.artifacts.filetree import FileTree, state_hash
+from agentdescent_core.errors import BackendError, RefusalError
+from agentdescent_core.evaluation.cache import EvalCache, Verdict
+from agentdescent_core.evaluation.child import ChildConfig, ChildOutcome, run_tests, split_plan
+from agentdescent_core.evaluation.protocol import TaskSplit
+from agentdescent_core.evaluation.records import TestRecord
+from agentdescent_core.governance import FrozenSet
+from agentdescent_core.sandbox.env import DEFAULT_ENV_ALLOWLIST
+from agentdescent_core.sandbox.local import SandboxSetupError
+from agentdescent_core.sandbox.snapshot import is_cache
+from agentdescent_core.sandbox.spec import Backend, Limits, Network
+from agentdescent_core.sandbox.workspace import FrozenCheck, Workspace, dirty_paths
+from agentdescent_core.stats.samples import TaskSamples
+
+__all__ = ["SandboxedVerifier", "UncommittedChangesWarning", "record_reward"]
+
+
+class UncommittedChangesWarning(UserWarning):
+    """Tests or artifact files differ from the commit that is evaluated."""
+
+#: Inside the user's ``.git`` only these can change what later runs do; the
+#: rest (objects, refs, logs) is written by the ledger while candidates run.
+_WATCHED_GIT = ("hooks", "config", "info")
+_SHOWN = 5
+_RUN_ATTEMPTS = 2
+
+Key = tuple[str, int]
+Sig = tuple[int, int, int, int, int]
+
+
+def record_reward(record: TestRecord) -> float:
+    """The reward a record contributes: its reward when it is a measurement, else 0.0.
+
+    Skipped and xfailed tests (and any record without a reward) count as 0.0,
+    so a candidate gains nothing by making tasks skip.
+    """
+    if record.counts and record.reward is not None:
+        return record.reward
+    return 0.0
+
+
+@dataclass
+class _ChunkResult:
+    outcome: ChildOutcome
+    check: FrozenCheck
+    outside: list[str]
+
+
+class SandboxedVerifier:
+    """A :class:`~agentdescent_core.evaluation.protocol.Verifier` over sandboxed pytest runs.
+
+    ``repo`` / ``commit``: the user's repository and the ledger commit whose
+    tree the workspaces copy (tests, conftest, config; the artifact files come
+    from each evaluated state).  ``tree`` / ``frozen``: the artifact roots and
+    the frozen-path rules.  ``cache`` is shared with other verifiers and never
+    closed here.  ``workspace_parent`` is where workspaces are created (default:
+    the system temporary directory).  ``watch_repo`` (default: True exactly
+    when the backend is ``local``) stat-scans the user's repository around each
+    run.  ``host_env`` (default ``os.environ``) is filtered through
+    ``env_allow`` for the child.
+    """
+
+    def __init__(
+        self,
+        repo: str | os.PathLike[str],
+        commit: str,
+        split: TaskSplit,
+        *,
+        tree: FileTree,
+        frozen: FrozenSet,
+        backend: Backend,
+        cache: EvalCache | None,
+        env_allow: Sequence[str] = DEFAULT_ENV_ALLOWLIST,
+        network: Network = "default",
+        limits: Limits | None = None,
+        test_timeout: float | None = 60.0,
+        run_timeout: float = 900.0,
+        eval_concurrency: int = 1,
+        pytest_args: Sequence[str] = (),
+        workspace_parent: str | os.PathLike[str] | None = None,
+        host_env: Mapping[str, str] | None = None,
+        output_chars: int = 4000,
+        watch_repo: bool | None = None,
+    ) -> None:
+        if isinstance(eval_concurrency, bool) or not isinstance(eval_concurrency, int) \
+                or eval_concurrency < 1:
+            raise ValueError(f"eval_concurrency must be an integer >= 1, got {eval_concurrency!r}")
+        if network == "none" and backend.name == "local":
+            # Refused now, not at the first evaluation: the run cannot start as asked.
+            raise SandboxSetupError(
+                "the 'local' sandbox cannot cut the network, but network 'none' was asked "
+                "for: use --evolve-sandbox bwrap or docker, or --evolve-network default to "
+                "accept that candidate code can reach the network"
+            )
+        self.repo = Path(os.path.abspath(os.fspath(repo)))
+        self.commit = commit
+        self.backend = backend
+        self.cache = cache
+        self._split = split
+        self._tree = tree
+        self._frozen = frozen
+        self._parent = workspace_parent
+        self._eval_concurrency = eval_concurrency
+        self._config = ChildConfig(
+            backend=backend,
+            env_allow=tuple(env_allow),
+            host_env=host_env,
+            hidden=(self.repo,),
+            network=network,
+            limits=limits if limits is not None else Limits(),
+            test_timeout=test_timeout,
+            run_timeout=run_timeout,
+            output_chars=output_chars,
+            pytest_args=tuple(pytest_args),
+        )
+        self._watch_repo = backend.name == "local" if watch_repo is None else watch_repo
+        self._warn_uncommitted()
+        self._lock = threading.Lock()
+        self._idle: list[Workspace] = []
+        self._workspaces: list[Workspace] = []
+        self._context: str | None = None
+        self._state_locks: dict[str, threading.Lock] = {}
+        self._records: dict[tuple[str, str, int], TestRecord] = {}
+        self._verdicts: dict[str, Verdict] = {}
+        self._evaluations = 0
+        self._cache_hits = 0
+        self._children = 0
+        self._closed = False
+
+    def _warn_uncommitted(self) -> None:
+        """Say once that edits not yet committed are not what gets evaluated.
+
+        Workspaces copy the commit, so a user who edited a test or a skill
+        file and ran ``pytest --evolve`` would otherwise wonder why the
+        results ignore the edit.
+        """
+        test_files = sorted({nodeid.split("::", 1)[0] for nodeid in self._split.all_tasks})
+        dirty = dirty_paths(self.repo, [*self._tree.roots, *test_files])
+        if dirty:
+            more = f" and {len(dirty) - 5} more" if len(dirty) > 5 else ""
+            listed = ", ".join(dirty[:5]) + more
+            warnings.warn(UncommittedChangesWarning(
+                f"uncommitted changes in {listed} are not evaluated: candidates run on "
+                f"commit {self.commit[:12]}; commit (or stash) them to include them"
+            ), stacklevel=3)
+
+    # ---------------------------------------------------------------- protocol
+
+    @property
+    def split(self) -> TaskSplit:
+        return self._split
+
+    @property
+    def evaluations(self) -> int:
+        """Test runs actually executed by children (cache hits not counted)."""
+        return self._evaluations
+
+    @property
+    def cache_context(self) -> str | None:
+        """The context half of the cache key (frozen tree + settings); None before any run."""
+        return self._context
+
+    def usage(self) -> dict[str, int]:
+        return {"evaluations": self._evaluations, "cache_hits": self._cache_hits,
+                "children": self._children, "workspaces": len(self._workspaces)}
+
+    def evaluate(
+        self, state: Mapping[str, str], task_ids: Sequence[str], repeats: int
+    ) -> TaskSamples:
+        if repeats < 1:
+            raise ValueError(f"repeats must be at least 1, got {repeats}")
+        ids = list(dict.fromkeys(task_ids))
+        if not ids:
+            raise ValueError("evaluate() needs at least one task id")
+        known = set(self._split.all_tasks)
+        for task_id in ids:
+            if task_id not in known:
+                raise ValueError(f"unknown task id {task_id!r}; the run has no such task")
+        frozen_state = dict(state)
+        artifact = state_hash(frozen_state)
+        wanted = [(t, r) for t in ids for r in range(repeats)]
+        with self._state_lock(artifact):
+            context = self._context_hash()
+            verdict = self._verdict(artifact, context)
+            have: dict[Key, TestRecord] = {}
+            if verdict is None:
+                have = self._lookup(artifact, context, wanted)
+                missing = [key for key in wanted if key not in have]
+                if missing:
+                    verdict = self._run(frozen_state, artifact, context, missing, have)
+        if verdict is not None:
+            rewards = {t: [0.0] * repeats for t in ids}
+        else:
+            rewards = {t: [record_reward(have[(t, r)]) for r in range(repeats)] for t in ids}
+        weights = {t: self._split.weight(t) for t in ids if self._split.weight(t) != 1.0}
+        return TaskSamples(rewards, weights)
+
+    # ---------------------------------------------------------------- what the engine asks next
+
+    def records(self, state: Mapping[str, str], nodeid: str) -> list[TestRecord]:
+        """Every known run of ``nodeid`` for ``state``, by repeat (failure context)."""
+        artifact = state_hash(dict(state))
+        with self._lock:
+            found = {r: rec for (a, n, r), rec in self._records.items()
+                     if a == artifact and n == nodeid}
+        if self.cache is not None and self._context is not None:
+            for rec in self.cache.records(artifact, self._context, nodeid):
+                found.setdefault(rec.repeat, rec)
+        return [found[r] for r in sorted(found)]
+
+    def candidate_error(self, state: Mapping[str, str]) -> str | None:
+        """Why the candidate failed as a whole (its tests did not collect), or None."""
+        verdict = self._known_verdict(state)
+        return verdict.message if verdict and verdict.kind == "collection-error" else None
+
+    def disqualification(self, state: Mapping[str, str]) -> RefusalError | None:
+        """The ``frozen-violation`` refusal when the candidate's run changed a frozen file."""
+        verdict = self._known_verdict(state)
+        if verdict is None or verdict.kind != "frozen-violation":
+            return None
+        return RefusalError("frozen-violation", verdict.code or "frozen-modified", verdict.message)
+
+    def close(self) -> None:
+        """Remove every workspace (the cache belongs to the caller and stays open)."""
+        with self._lock:
+            self._closed = True
+            workspaces, self._workspaces, self._idle = self._workspaces, [], []
+        for workspace in workspaces:
+            workspace.close()
+
+    # ---------------------------------------------------------------- lookups
+
+    def _state_lock(self, artifact: str) -> threading.Lock:
+        with self._lock:
+            return self._state_locks.setdefault(artifact, threading.Lock())
+
+    def _context_hash(self) -> str:
+        if self._context is None:
+            workspace = self._acquire()  # creating the first workspace hashes the frozen tree
+            self._release(workspace)
+        assert self._context is not None
+        return self._context
+
+    def _known_verdict(self, state: Mapping[str, str]) -> Verdict | None:
+        if self._context is None:
+            return None
+        return self._verdict(state_hash(dict(state)), self._context)
+
+    def _verdict(self, artifact: str, context: str) -> Verdict | None:
+        with self._lock:
+            verdict = self._verdicts.get(artifact)
+        if verdict is None and self.cache is not None:
+            verdict = self.cache.verdict(artifact, context)
+            if verdict is not None:
+                with self._lock:
+                    self._verdicts[artifact] = verdict
+        return verdict
+
+    def _lookup(self, artifact: str, context: str, wanted: Sequence[Key]) -> dict[Key, TestRecord]:
+        with self._lock:
+            have = {key: self._records[(artifact, key[0], key[1])] for key in wanted
+                    if (artifact, key[0], key[1]) in self._records}
+        rest = [key for key in wanted if key not in have]
+        if rest and self.cache is not None:
+            found = self.cache.get_many(artifact, context, rest)
+            with self._lock:
+                for key, record in found.items():
+                    self._records[(artifact, key[0], key[1])] = record
+            have.update(found)
+        with self._lock:
+            self._cache_hits += len(have)
+        return have
+
+    # ---------------------------------------------------------------- running
+
+    def _run(self, state: dict[str, str], artifact: str, context: str, missing: Sequence[Key],
+             have: dict[Key, TestRecord]) -> Verdict | None:
+        """Run the missing (test, repeat) pairs; fill ``have``; a verdict if the candidate lost."""
+        by_test: dict[str, list[int]] = {}
+        for nodeid, repeat in missing:
+            by_test.setdefault(nodeid, []).append(repeat)
+        plan = {n: (min(rs), max(rs) - min(rs) + 1) for n, rs in by_test.items()}
+        chunks = split_plan(plan, self._eval_concurrency)
+        if len(chunks) == 1:
+            results = [self._run_chunk(state, chunks[0])]
+        else:
+            with ThreadPoolExecutor(len(chunks), thread_name_prefix="agentdescent-chunk") as pool:
+                results = list(pool.map(lambda chunk: self._run_chunk(state, chunk), chunks))
+        produced: dict[Key, TestRecord] = {}
+        measured: list[TestRecord] = []
+        errors: list[str] = []
+        violations: list[RefusalError] = []
+        outside: list[str] = []
+        for result in results:
+            outcome = result.outcome
+            if outcome.error is not None:
+                errors.append(outcome.error)
+            if not result.check.ok:
+                violations.append(result.check.violations_error())
+            outside.extend(result.outside)
+            for record in outcome.records:
+                produced[(record.nodeid, record.repeat)] = record
+                if (record.nodeid, record.repeat) not in outcome.not_run:
+                    measured.append(record)
+        with self._lock:
+            self._evaluations += len(measured)
+            self._children += sum(r.outcome.runs for r in results)
+            for key, record in produced.items():
+                self._records[(artifact, key[0], key[1])] = record
+        verdict = _verdict_of(violations, outside, errors)
+        if verdict is not None:
+            with self._lock:
+                self._verdicts[artifact] = verdict
+            if self.cache is not None:
+                self.cache.put_verdict(artifact, context, verdict)
+            return verdict
+        if self.cache is not None and measured:
+            self.cache.put_many(artifact, context, measured)
+        have.update(produced)
+        return None
+
+    def _run_chunk(self, state: Mapping[str, str], plan: Mapping[str, tuple[int, int]]
+                   ) -> _ChunkResult:
+        workspace = self._acquire()
+        try:
+            for attempt in range(_RUN_ATTEMPTS):
+                workspace.reset(state)
+                scratch = workspace.new_run_scratch()
+                before = _scan_repo(self.repo) if self._watch_repo else {}
+                try:
+                    outcome = run_tests(workspace.root, plan, self._config, scratch=scratch,
+                                        state_dir=workspace.state_dir,
+                                        writable=workspace.writable_paths())
+                except BackendError:
+                    if attempt + 1 >= _RUN_ATTEMPTS:
+                        workspace.check()
+                        raise
+                    continue
+                outside = _changes(before, _scan_repo(self.repo)) if self._watch_repo else []
+                check = _without_empty_dirs(workspace.check(), workspace.root)
+                if not check.ok:
+                    workspace.reset(state)  # restore the frozen files now, not at the next run
+                return _ChunkResult(outcome, check, outside)
+            raise AssertionError("unreachable")  # pragma: no cover
+        finally:
+            self._release(workspace)
+
+    def _acquire(self) -> Workspace:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("this SandboxedVerifier is closed")
+            if self._idle:
+                return self._idle.pop()
+        workspace = Workspace.create(self.repo, self.commit, tree=self._tree,
+                                     frozen=self._frozen, parent=self._parent)
+        with self._lock:
+            self._workspaces.append(workspace)
+            if self._context is None:
+                digest = hashlib.sha256()
+                digest.update(workspace.frozen_tree_hash.encode())
+                digest.update(b"\0")
+                digest.update(self._config.fingerprint().encode())
+                self._context = digest.hexdigest()
+        return workspace
+
+    def _release(self, workspace: Workspace) -> None:
+        with self._lock:
+            if self._closed:
+                close = True
+            else:
+                close = False
+                self._idle.append(workspace)
+        if close:
+            workspace.close()
+
+
+def _without_empty_dirs(check: FrozenCheck, root: Path) -> FrozenCheck:
+    """``check`` minus the directories the run added that are empty.
+
+    Plugins create their state directory in the rootdir of every run
+    (pytest-benchmark's ``.benchmarks``); an empty directory cannot change what
+    a test does, and disqualifying every candidate for it — the baseline too —
+    would stop the run.  The next reset removes them all the same.  Must be
+    called before that reset, while the directories are still there.
+    """
+    kept = [v for v in check.violations if not (v.kind == "added" and _empty_dir(root / v.path))]
+    if len(kept) == len(check.violations):
+        return check
+    return FrozenCheck(kept, check.drift, check.seconds)
+
+
+def _empty_dir(path: Path) -> bool:
+    try:
+        return path.is_dir() and not path.is_symlink() and not any(path.iterdir())
+    except OSError:
+        return False
+
+
+def _verdict_of(violations: Sequence[RefusalError], outside: Sequence[str],
+                errors: Sequence[str]) -> Verdict | None:
+    if violations:
+        first = violations[0]
+        return Verdict("frozen-violation", first.message, first.code)
+    if outside:
+        shown = ", ".join(sorted(outside)[:_SHOWN])
+        more = f" and {len(outside) - _SHOWN} more" if len(outside) > _SHOWN else ""
+        return Verdict(
+            "frozen-violation",
+            f"the user's repository changed while the candidate's tests ran: {shown}{more}; "
+            "under the local backend nothing stops a candidate's scripts from writing there, "
+            "so the candidate is disqualified (use --evolve-sandbox bwrap or docker to block "
+            "such writes, and do not edit the repository during a local run)",
+            "outside-write",
+        )
+    if errors:
+        return Verdict("collection-error", "\n\n".join(errors), "collection-error")
+    return None
+
+
+# ---------------------------------------------------------------- the user's repository
+
+def _scan_repo(root: Path) -> dict[str, Sig]:
+    """lstat signatures of the user's files (and the parts of ``.git`` that run code)."""
+    found: dict[str, Sig] = {}
+    _walk(str(root), "", found, top=True)
+    return found
+
+
+def _walk(folder: str, prefix: str, found: dict[str, Sig], *, top: bool = False) -> None:
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        rel = prefix + entry.name
+        if top and entry.name == ".agentdescent":
+            continue  # the run's own state (eval cache, run store)
+        if is_cache(rel):
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        is_dir = stat.S_ISDIR(st.st_mode)
+        found[rel] = (st.st_mode, 0 if is_dir else st.st_size,
+                      0 if is_dir else st.st_mtime_ns, 0 if is_dir else st.st_ctime_ns, st.st_ino)
+        if not is_dir:
+            continue
+        if top and entry.name == ".git":
+            for name in _WATCHED_GIT:
+                sub = os.path.join(entry.path, name)
+                if os.path.isdir(sub) and not os.path.islink(sub):
+                    _walk(sub, f"{rel}/{name}/", found)
+                elif os.path.lexists(sub):
+                    st = os.lstat(sub)
+                    found[f"{rel}/{name}"] = (st.st_mode, st.st_size, st.st_mtime_ns,
+                                              st.st_ctime_ns, st.st_ino)
+            continue
+        _walk(entry.path, rel + "/", found)
+
+
+def _changes(before: Mapping[str, Sig], after: Mapping[str, Sig]) -> list[str]:
+    return sorted(path for path in before.keys() | after.keys()
+                  if before.get(path) != after.get(path))

@@ -1,0 +1,365 @@
+"""The ``local`` backend, and the process supervision every host-side backend shares.
+
+``local`` runs the command as a plain child of this process: its own session and
+process group, resource limits, a wall-clock timeout that kills the whole tree,
+and exactly the environment of the spec.  It does **not** isolate the file
+system (``writable`` / ``hidden`` are not enforced: the frozen-file check after
+the run is the defence) and it cannot cut the network, so a spec asking for
+network ``none`` is refused rather than silently run with the network on.
+
+How the limits behave:
+
+* memory: ``RLIMIT_AS`` (address space) of ``memory_mb``.  An allocation past it
+  fails inside the child (Python raises ``MemoryError``); the process is not
+  killed, so ``killed`` stays None and the child exits non-zero.  Programs that
+  reserve large virtual ranges up front (some JITs) may fail early under it.
+* CPU time: ``RLIMIT_CPU`` of ``cpu_seconds`` (SIGXCPU, then SIGKILL one second
+  later); a run ended by SIGXCPU reports ``killed="cpu"``.
+* file size: ``RLIMIT_FSIZE`` of ``max_file_mb`` (also bounds captured output);
+  core dumps are disabled.
+* processes: ``RLIMIT_NPROC`` counts *every* process of the real user id and is
+  not enforced at all for root (CAP_SYS_RESOURCE).  So for a non-root user the
+  limit is set to ``max_processes`` plus the processes the user already runs,
+  and in every case a watch polls ``/proc`` every :data:`WATCH_INTERVAL`
+  seconds and kills the tree (``killed="processes"``) once it holds more than
+  ``max_processes`` processes.  The watch is a poll: a burst can overshoot the
+  ceiling between two looks, and a process that calls ``setsid()`` and
+  re-parents to init leaves the tree unseen (``bwrap`` and ``docker`` close that
+  hole with a PID namespace / the container's pids cgroup).
+
+The limits are applied with util-linux ``prlimit`` in front of the command when
+it is installed (nothing runs in the forked child before ``exec``, which is safe
+with threads); otherwise through ``preexec_fn``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import IO
+
+from agentdescent_core.errors import BackendError
+from agentdescent_core.sandbox.spec import Limits, RunResult, RunSpec
+
+__all__ = [
+    "OUTPUT_LIMIT_BYTES",
+    "WATCH_INTERVAL",
+    "LocalBackend",
+    "SandboxSetupError",
+    "run_supervised",
+]
+
+OUTPUT_LIMIT_BYTES = 512_000
+"""Captured stdout / stderr beyond this many bytes keep their head and tail only."""
+
+WATCH_INTERVAL = 0.05
+"""Seconds between two looks at the process tree (process-count ceiling)."""
+
+_MIB = 1024 * 1024
+_KILL_ROUNDS = 50
+
+
+class SandboxSetupError(BackendError):
+    """The sandbox cannot run this spec here (a missing tool, an unsupported request)."""
+
+
+# --------------------------------------------------------------------------- limits
+
+
+def _uid_process_count(uid: int) -> int:
+    count = 0
+    try:
+        entries = list(os.scandir("/proc"))
+    except OSError:
+        return 0
+    for entry in entries:
+        if entry.name.isdigit():
+            try:
+                if entry.stat().st_uid == uid:
+                    count += 1
+            except OSError:
+                continue
+    return count
+
+
+def _rlimits(limits: Limits) -> dict[int, tuple[int, int]]:
+    values: dict[int, tuple[int, int]] = {
+        resource.RLIMIT_AS: (limits.memory_mb * _MIB,) * 2,
+        resource.RLIMIT_CPU: (limits.cpu_seconds, limits.cpu_seconds + 1),
+        resource.RLIMIT_FSIZE: (limits.max_file_mb * _MIB,) * 2,
+        resource.RLIMIT_CORE: (0, 0),
+    }
+    if os.geteuid() != 0:
+        nproc = limits.max_processes + _uid_process_count(os.getuid())
+        values[resource.RLIMIT_NPROC] = (nproc, nproc)
+    return values
+
+
+_PRLIMIT_OPTIONS = {
+    resource.RLIMIT_AS: "--as",
+    resource.RLIMIT_CPU: "--cpu",
+    resource.RLIMIT_FSIZE: "--fsize",
+    resource.RLIMIT_CORE: "--core",
+    resource.RLIMIT_NPROC: "--nproc",
+}
+
+
+def _limited(argv: Sequence[str], limits: Limits) -> tuple[list[str], Callable[[], None] | None]:
+    """The argv to run (with a ``prlimit`` prefix) or a ``preexec_fn`` setting the limits."""
+    values = _rlimits(limits)
+    prlimit = shutil.which("prlimit", path="/usr/bin:/bin:/usr/sbin:/sbin")
+    if prlimit is not None:
+        options = [f"{_PRLIMIT_OPTIONS[res]}={soft}:{hard}" for res, (soft, hard) in values.items()]
+        return [prlimit, *options, "--", *argv], None
+
+    def apply() -> None:  # pragma: no cover - only without util-linux
+        for res, pair in values.items():
+            resource.setrlimit(res, pair)
+
+    return list(argv), apply
+
+
+# --------------------------------------------------------------------------- process tree
+
+
+def _proc_table() -> list[tuple[int, int, int, str]]:
+    """(pid, ppid, session, state) of every live process, read from /proc."""
+    rows: list[tuple[int, int, int, str]] = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return rows
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                raw = handle.read()
+        except OSError:
+            continue
+        fields = raw[raw.rfind(b")") + 2 :].split()
+        if len(fields) < 4:
+            continue
+        rows.append((int(name), int(fields[1]), int(fields[3]), fields[0].decode()))
+    return rows
+
+
+def tree_members(root: int) -> set[int]:
+    """Live processes of the run: the root's session plus every descendant of the root.
+
+    The session catches processes that left the process group with
+    ``setpgid``; the descendant walk catches ones inside a PID namespace
+    (``bwrap`` starts the command in a new session there).
+    """
+    rows = [row for row in _proc_table() if row[3] not in ("Z", "X")]
+    children: dict[int, list[int]] = {}
+    members: set[int] = set()
+    for pid, ppid, session, _state in rows:
+        children.setdefault(ppid, []).append(pid)
+        if session == root:
+            members.add(pid)
+    stack = [root]
+    seen = {root}
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            if child not in seen:
+                seen.add(child)
+                members.add(child)
+                stack.append(child)
+    return members
+
+
+def _kill_tree(root: int) -> None:
+    """SIGKILL the root's group, then sweep the session/descendants until none is left."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(root, signal.SIGKILL)
+    for _ in range(_KILL_ROUNDS):
+        members = tree_members(root) - {root}
+        if not members:
+            return
+        for pid in members:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                continue
+        time.sleep(0.01)
+
+
+def _exited(pid: int) -> bool:
+    """Has the child exited? (without reaping it, so its pid stays ours)"""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _wait_exit(pid: int, pidfd: int | None, seconds: float) -> None:
+    if seconds <= 0:
+        return
+    if pidfd is not None:
+        import select
+
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        poller.poll(seconds * 1000)
+        return
+    end = time.monotonic() + seconds
+    pause = 0.001
+    while not _exited(pid):
+        left = end - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(pause, left))
+        pause = min(pause * 2, 0.02)
+
+
+# --------------------------------------------------------------------------- output
+
+
+def read_output(handle: IO[bytes], limit: int = OUTPUT_LIMIT_BYTES) -> str:
+    """Decode a captured stream, keeping head and tail when it is longer than ``limit``."""
+    size = handle.seek(0, os.SEEK_END)
+    handle.seek(0)
+    if size <= limit:
+        return handle.read().decode("utf-8", errors="replace")
+    half = limit // 2
+    head = handle.read(half)
+    handle.seek(size - half)
+    tail = handle.read(half)
+    dropped = size - 2 * half
+    return (
+        head.decode("utf-8", errors="replace")
+        + f"\n... [{dropped} bytes of output dropped] ...\n"
+        + tail.decode("utf-8", errors="replace")
+    )
+
+
+# --------------------------------------------------------------------------- supervision
+
+
+def run_supervised(
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    timeout: float,
+    limits: Limits,
+    wrapper_processes: int = 0,
+    signal_exit_codes: bool = False,
+) -> RunResult:
+    """Run ``argv`` under the limits, never past ``timeout``; leave no process behind.
+
+    ``wrapper_processes`` is how many processes a sandbox tool in front of the
+    command keeps alive (bwrap's monitor and PID-namespace init); they do not
+    count against ``max_processes``.  ``signal_exit_codes`` reads exit statuses
+    128 + N as death by signal N (for a wrapper that reports signals that way).
+    Output goes to unlinked temporary files, so a grandchild that keeps a
+    descriptor open cannot hang the read.
+    """
+    command, preexec = _limited(argv, limits)
+    ceiling = limits.max_processes + wrapper_processes
+    start = time.monotonic()
+    deadline = start + timeout
+    killed: str | None = None
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        try:
+            proc = subprocess.Popen(
+                command,
+                cwd=cwd,
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+                preexec_fn=preexec,
+                close_fds=True,
+            )
+        except OSError as exc:
+            raise SandboxSetupError(
+                f"cannot start {command[0]!r} in {cwd}: {exc}; check that the command and the "
+                "working directory exist"
+            ) from exc
+        pidfd: int | None = None
+        if hasattr(os, "pidfd_open"):
+            try:
+                pidfd = os.pidfd_open(proc.pid)
+            except OSError:
+                pidfd = None
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    killed = "timeout"
+                    break
+                _wait_exit(proc.pid, pidfd, min(left, WATCH_INTERVAL))
+                if _exited(proc.pid):
+                    break
+                if len(tree_members(proc.pid)) > ceiling:
+                    killed = "processes"
+                    break
+        finally:
+            # The leader is not reaped yet, so its pid (= group and session id) cannot be reused.
+            _kill_tree(proc.pid)
+            returncode = proc.wait()
+            if pidfd is not None:
+                os.close(pidfd)
+        duration = time.monotonic() - start
+        stdout = read_output(out)
+        stderr = read_output(err)
+    if signal_exit_codes and 128 < returncode < 128 + signal.NSIG:
+        returncode = -(returncode - 128)
+    result_code: int | None = returncode
+    if killed is not None:
+        result_code = None
+    elif returncode == -signal.SIGXCPU:
+        killed, result_code = "cpu", None
+    return RunResult(
+        returncode=result_code, stdout=stdout, stderr=stderr, duration=duration, killed=killed
+    )
+
+
+def check_network(spec: RunSpec, backend: str) -> None:
+    if spec.network == "none":
+        raise SandboxSetupError(
+            f"the {backend!r} sandbox cannot cut the network, but this run asks for network "
+            "'none': use --evolve-sandbox bwrap or docker, or pass --evolve-network default "
+            "to accept that candidate code can reach the network"
+        )
+
+
+class LocalBackend:
+    """Process group, rlimits, timeouts, scrubbed environment; no file-system isolation."""
+
+    name = "local"
+    added_env: tuple[str, ...] = ()
+
+    def unavailable_reason(self) -> str | None:
+        if os.name != "posix":
+            return "the local backend needs a POSIX system (process groups, rlimits)"
+        return None
+
+    def run(self, spec: RunSpec) -> RunResult:
+        """Run ``spec.argv`` in the workspace; ``writable``/``hidden`` are not enforced here."""
+        check_network(spec, self.name)
+        if not spec.workspace.is_dir():
+            raise SandboxSetupError(
+                f"workspace {spec.workspace} does not exist: create the workspace before running"
+            )
+        return run_supervised(
+            spec.argv,
+            cwd=spec.workspace,
+            env=spec.env,
+            timeout=spec.timeout,
+            limits=spec.limits,
+        )
+
+    def __repr__(self) -> str:
+        return "LocalBackend()"

@@ -1,0 +1,436 @@
+"""The recorder plugin loaded into the child pytest that evaluates a candidate.
+
+The parent (``agentdescent_core.evaluation.child``) starts
+``python -m pytest -p pytest_agentdescent.worker <test files>`` in a workspace
+with two environment variables: :data:`RECORD_ENV`, the JSON-lines file this
+plugin appends to, and :data:`PLAN_ENV`, a JSON file saying which tests to run,
+which repeat indices, the per-test timeout and how much output to keep.  Without
+:data:`RECORD_ENV` the plugin does nothing, so loading it by accident is harmless.
+
+What the file holds, one JSON object per line, flushed as it happens:
+
+* ``{"start": nodeid, "repeat": r}`` before each run of a test, so after a crash
+  the parent knows which test was running;
+* a record per test per repeat with exactly the fields of
+  :class:`~agentdescent_core.evaluation.records.TestRecord`, phases combined
+  (a setup error is outcome ``error`` phase ``setup``; a teardown error after
+  a pass is ``error`` phase ``teardown``);
+* ``{"collect_error": message}`` when a file cannot be collected — the parent
+  then fails the whole candidate with that message.
+
+Repeats run in this one process, by running pytest's own test protocol on the
+same item several times (the way re-run plugins do): between repeats only the
+test's own node is torn down, so class-, module- and session-scoped fixtures
+are built once.  A watchdog thread enforces the per-test timeout: it writes the
+``timeout`` record itself, then kills the whole process group, because a hung
+test cannot be interrupted from inside; the parent restarts a child for the
+tests that did not run.
+
+Candidate code runs inside this child, so the journal is authenticated: the
+parent puts a fresh key in the plan; the recorder reads it, deletes the plan
+file and removes both variables from ``os.environ`` before any test runs, and
+signs every line (HMAC-SHA256 in its ``mac`` field).  A script that appends a
+forged "passed" line to the journal cannot sign it, and the parent drops it.
+
+The module imports nothing from ``agentdescent_core``: importing the engine's
+evaluation package pulls in numpy and scipy, which would add half a second to
+every child start.  The parent validates each line with ``TestRecord.from_mapping``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, cast
+
+import pytest
+from _pytest.runner import runtestprotocol
+
+from pytest_agentdescent.reward import CHILD_ENV, clear_reward, recorded_reward
+
+__all__ = [
+    "CHILD_ENV",
+    "DEFAULT_OUTPUT_CHARS",
+    "PLAN_ENV",
+    "RECORD_ENV",
+    "TIMEOUT_EXIT_CODE",
+    "Plan",
+    "combine_reports",
+    "record",
+    "sign_line",
+    "truncate",
+]
+
+RECORD_ENV = "AGENTDESCENT_RECORD"
+PLAN_ENV = "AGENTDESCENT_PLAN"
+DEFAULT_OUTPUT_CHARS = 4000
+#: Exit status of a child whose watchdog fired but survived its own group kill
+#: (a PID-1 process in a container ignores SIGKILL from inside).
+TIMEOUT_EXIT_CODE = 124
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Which tests the child runs: nodeid -> (first repeat index, number of repeats).
+
+    An empty ``tests`` means "every collected test, once" (handy by hand).
+    ``test_timeout`` of None disables the watchdog.
+    """
+
+    tests: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    test_timeout: float | None = None
+    output_chars: int = DEFAULT_OUTPUT_CHARS
+    key: str = ""
+
+    @classmethod
+    def from_json(cls, text: str) -> Plan:
+        data = json.loads(text)
+        tests: dict[str, tuple[int, int]] = {}
+        for nodeid, span in dict(data.get("tests", {})).items():
+            first, count = (int(x) for x in span)
+            if first < 0 or count < 1:
+                raise ValueError(f"plan for {nodeid!r} has first={first}, count={count}")
+            tests[str(nodeid)] = (first, count)
+        timeout = data.get("test_timeout")
+        return cls(
+            tests=tests,
+            test_timeout=None if timeout is None or float(timeout) <= 0 else float(timeout),
+            output_chars=int(data.get("output_chars", DEFAULT_OUTPUT_CHARS)),
+            key=str(data.get("key", "")),
+        )
+
+    def span(self, nodeid: str) -> tuple[int, int]:
+        return self.tests.get(nodeid, (0, 1))
+
+
+def truncate(text: str, limit: int) -> str:
+    """``text`` cut to about ``limit`` characters, keeping its start and (mostly) its end.
+
+    The end of a traceback or of captured output is where the answer usually
+    is, so three quarters of the budget go to the tail.
+    """
+    if limit <= 0 or len(text) <= limit:
+        return text
+    head = limit // 4
+    tail = max(0, limit - head)
+    cut = len(text) - head - tail
+    return f"{text[:head]}\n[... {cut} characters cut ...]\n{text[len(text) - tail:]}"
+
+
+# ---------------------------------------------------------------- report -> record
+
+def _failure_text(report: pytest.TestReport) -> str:
+    """The crash line first, then pytest's full representation (rewritten assertion)."""
+    longrepr = report.longrepr
+    crash = getattr(longrepr, "reprcrash", None)
+    text = report.longreprtext.rstrip()
+    head = str(getattr(crash, "message", "") or "").strip()
+    if head and not text.startswith(head):
+        return f"{head}\n\n{text}"
+    return text or head
+
+
+def _skip_text(report: pytest.TestReport) -> str:
+    if hasattr(report, "wasxfail"):
+        reason = str(report.wasxfail)
+        return f"xfail: {reason}" if reason else "xfail"
+    longrepr = report.longrepr
+    text = str(longrepr[2]) if isinstance(longrepr, tuple) and len(longrepr) == 3 \
+        else report.longreprtext.strip()
+    return text.removeprefix("Skipped: ")
+
+
+def _captured(reports: Sequence[pytest.TestReport]) -> str:
+    # The last report carries every section of the run (setup, call, teardown).
+    sections = reports[-1].sections if reports else []
+    parts = [f"----- {title} -----\n{content.rstrip()}" for title, content in sections
+             if content.strip()]
+    return "\n".join(parts)
+
+
+def combine_reports(
+    nodeid: str,
+    repeat: int,
+    reports: Sequence[pytest.TestReport],
+    *,
+    reward: float | None = None,
+    output_chars: int = DEFAULT_OUTPUT_CHARS,
+) -> dict[str, Any]:
+    """One record (``TestRecord``'s fields) from the reports of one run of a test.
+
+    ``reward`` is what the test recorded through ``evolve_reward``: it is the
+    reward of a passed, xpassed or failed test (a graded test may record a
+    score and then fail an assertion; the score is the measurement).  Errors
+    earn 0.0; skipped and xfailed tests earn nothing (None).
+    """
+    by_phase = {r.when: r for r in reports}
+    setup, call, teardown = by_phase.get("setup"), by_phase.get("call"), by_phase.get("teardown")
+    phase = "call"
+    message = ""
+    if setup is not None and setup.failed:
+        outcome, phase, message = "error", "setup", _failure_text(setup)
+    elif setup is not None and setup.skipped:
+        outcome, phase = ("xfailed" if hasattr(setup, "wasxfail") else "skipped"), "setup"
+        message = _skip_text(setup)
+    elif call is None:
+        outcome, message = "skipped", "the test body did not run (--setup-only?)"
+    elif call.failed:
+        outcome, message = "failed", _failure_text(call)
+    elif call.skipped:
+        outcome = "xfailed" if hasattr(call, "wasxfail") else "skipped"
+        message = _skip_text(call)
+    else:
+        outcome = "xpassed" if hasattr(call, "wasxfail") else "passed"
+    if teardown is not None and teardown.failed:
+        if outcome == "failed" or outcome == "error":
+            message = f"{message}\n\nand then in teardown:\n{_failure_text(teardown)}"
+        else:
+            outcome, phase, message = "error", "teardown", _failure_text(teardown)
+
+    value: float | None
+    if outcome in ("passed", "xpassed"):
+        value = 1.0 if reward is None else reward
+    elif outcome == "failed":
+        value = 0.0 if reward is None else reward
+    elif outcome == "error":
+        value = 0.0
+    else:
+        value = None
+    return record(nodeid, outcome, value, repeat=repeat, phase=phase,
+                  message=truncate(message, output_chars),
+                  output=truncate(_captured(reports), output_chars),
+                  duration=sum(r.duration for r in reports))
+
+
+def record(
+    nodeid: str,
+    outcome: str,
+    reward: float | None,
+    *,
+    repeat: int,
+    phase: str,
+    message: str = "",
+    output: str = "",
+    duration: float = 0.0,
+) -> dict[str, Any]:
+    """A record line: the fields of ``TestRecord``, which the parent parses it into."""
+    return {"nodeid": nodeid, "outcome": outcome, "reward": reward, "repeat": repeat,
+            "message": message, "output": output, "duration": duration, "phase": phase}
+
+
+# ---------------------------------------------------------------- the plugin
+
+class _KeepParents:
+    """Stands in for ``nextitem`` between repeats of one item.
+
+    pytest tears down every node that the next item does not share; claiming
+    the next item is "a sibling of this one" tears down exactly the test's own
+    node (its function-scoped fixtures) and keeps the class, module and
+    session ones.  Everything else is the item's.
+    """
+
+    def __init__(self, item: pytest.Item) -> None:
+        self._item = item
+
+    def listchain(self) -> list[Any]:
+        return self._item.listchain()[:-1]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._item, name)
+
+
+class _Journal:
+    """The record file and the per-test watchdog, sharing one lock.
+
+    Every line is written under the lock, so the watchdog's timeout record and
+    the main thread's own record for the same run can never both appear.
+    """
+
+    def __init__(self, path: Path, timeout: float | None, key: str = "") -> None:
+        self._out: IO[str] = path.open("a", encoding="utf-8")
+        self._key = key.encode()
+        self._timeout = timeout
+        self._cond = threading.Condition()
+        self._current: tuple[str, int] | None = None
+        self._deadline = 0.0
+        self._started = 0.0
+        self._closed = False
+        if timeout is not None:
+            threading.Thread(target=self._watch, name="agentdescent-watchdog",
+                             daemon=True).start()
+
+    def write(self, data: Mapping[str, Any]) -> None:
+        with self._cond:
+            self._write(data)
+
+    def _write(self, data: Mapping[str, Any]) -> None:
+        if self._closed:
+            return
+        self._out.write(sign_line(data, self._key) + "\n")
+        self._out.flush()
+
+    def start(self, nodeid: str, repeat: int) -> None:
+        with self._cond:
+            self._write({"start": nodeid, "repeat": repeat})
+            self._current = (nodeid, repeat)
+            self._started = time.monotonic()
+            if self._timeout is not None:
+                self._deadline = self._started + self._timeout
+            self._cond.notify_all()
+
+    def finish(self, line: Mapping[str, Any]) -> None:
+        with self._cond:
+            self._current = None
+            self._write(line)
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._current = None
+            self._out.close()
+            self._cond.notify_all()
+
+    def _watch(self) -> None:
+        assert self._timeout is not None
+        with self._cond:
+            while not self._closed:
+                if self._current is None:
+                    self._cond.wait()
+                    continue
+                left = self._deadline - time.monotonic()
+                if left > 0:
+                    self._cond.wait(left)
+                    continue
+                nodeid, repeat = self._current
+                self._write(record(
+                    nodeid, "failed", 0.0, repeat=repeat,
+                    message=f"timed out after {self._timeout:g}s (the per-test timeout); "
+                            "the test and every process it started were killed",
+                    duration=time.monotonic() - self._started, phase="timeout",
+                ))
+                _kill_everything()
+
+
+def _kill_everything() -> None:
+    """Kill this process group (the test's subprocesses too), then this process."""
+    try:
+        if os.getpgrp() == os.getpid():  # only a group we lead: never the caller's shell
+            os.killpg(0, signal.SIGKILL)
+    finally:
+        os._exit(TIMEOUT_EXIT_CODE)
+
+
+class Recorder:
+    """Runs the planned tests and journals one record per test per repeat."""
+
+    def __init__(self, journal: _Journal, plan: Plan) -> None:
+        self._journal = journal
+        self._plan = plan
+
+    @pytest.hookimpl
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            where = report.nodeid or "."
+            text = truncate(report.longreprtext.strip(), self._plan.output_chars)
+            self._journal.write({"collect_error": f"collecting {where} failed:\n{text}"})
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(
+        self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        if not self._plan.tests:
+            return
+        keep: list[pytest.Item] = []
+        dropped: list[pytest.Item] = []
+        seen: set[str] = set()
+        for item in items:
+            if item.nodeid in self._plan.tests and item.nodeid not in seen:
+                seen.add(item.nodeid)
+                keep.append(item)
+            else:
+                dropped.append(item)
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+        for nodeid, (first, count) in self._plan.tests.items():
+            if nodeid in seen:
+                continue
+            for repeat in range(first, first + count):
+                self._journal.write(record(
+                    nodeid, "error", 0.0, repeat=repeat, phase="collect",
+                    message=f"{nodeid} was not collected in the candidate's workspace "
+                            "(renamed, deselected, or its parametrization changed)",
+                ))
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool:
+        first, count = self._plan.span(item.nodeid)
+        item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+        for repeat in range(first, first + count):
+            last = repeat == first + count - 1
+            if item.session.shouldstop or item.session.shouldfail:
+                break
+            clear_reward(item)
+            item._report_sections = []  # captured output of the previous repeat
+            self._journal.start(item.nodeid, repeat)
+            following = nextitem if last else cast(pytest.Item, _KeepParents(item))
+            reports = runtestprotocol(item, log=True, nextitem=following)
+            self._journal.finish(combine_reports(
+                item.nodeid, repeat, reports,
+                reward=recorded_reward(item), output_chars=self._plan.output_chars,
+            ))
+        item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+        return True
+
+    @pytest.hookimpl
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self._journal.close()
+
+
+def sign_line(data: Mapping[str, Any], key: bytes) -> str:
+    """``data`` as a JSON line, with its HMAC under ``key`` in ``mac`` (unsigned without a key)."""
+    body = json.dumps(dict(data), sort_keys=True)
+    if not key:
+        return body
+    mac = hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+    return json.dumps({**data, "mac": mac}, sort_keys=True)
+
+
+def _ensure_plugin(config: pytest.Config) -> None:
+    """Register the agentdescent plugin (the ``evolve_reward`` fixture) when autoload is off."""
+    from pytest_agentdescent import plugin
+
+    manager = config.pluginmanager
+    if not manager.is_registered(plugin):
+        manager.register(plugin, "pytest_agentdescent.plugin")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    path = os.environ.get(RECORD_ENV)
+    if not path:
+        return
+    _ensure_plugin(config)
+    plan_path = os.environ.get(PLAN_ENV)
+    try:
+        plan = Plan.from_json(Path(plan_path).read_text("utf-8")) if plan_path else Plan()
+    except (OSError, ValueError, TypeError) as exc:
+        raise pytest.UsageError(
+            f"agentdescent recorder: cannot read the plan {plan_path!r} ({exc}); "
+            f"{PLAN_ENV} must name a JSON file written by the evaluation layer"
+        ) from exc
+    # Nothing the tests run may learn where the journal is or how lines are signed.
+    for name in (RECORD_ENV, PLAN_ENV):
+        os.environ.pop(name, None)
+    if plan_path and plan.key:
+        Path(plan_path).unlink(missing_ok=True)
+    journal = _Journal(Path(path), plan.test_timeout, plan.key)
+    config.pluginmanager.register(Recorder(journal, plan), "agentdescent-recorder")
