@@ -99,7 +99,10 @@ class SandboxedVerifier:
     the system temporary directory).  ``watch_repo`` (default: True exactly
     when the backend is ``local``) stat-scans the user's repository around each
     run.  ``host_env`` (default ``os.environ``) is filtered through
-    ``env_allow`` for the child.
+    ``env_allow`` for the child.  ``subdir`` is where the child pytest runs,
+    relative to the repository root: the pytest rootdir of a project that
+    lives in a subdirectory of its git repository (a monorepo).  Node ids are
+    relative to it, as pytest prints them; artifact paths stay repo-relative.
     """
 
     def __init__(
@@ -123,6 +126,7 @@ class SandboxedVerifier:
         host_env: Mapping[str, str] | None = None,
         output_chars: int = 4000,
         watch_repo: bool | None = None,
+        subdir: str = "",
     ) -> None:
         if isinstance(eval_concurrency, bool) or not isinstance(eval_concurrency, int) \
                 or eval_concurrency < 1:
@@ -136,6 +140,7 @@ class SandboxedVerifier:
             )
         self.repo = Path(os.path.abspath(os.fspath(repo)))
         self.commit = commit
+        self.subdir = _check_subdir(subdir)
         self.backend = backend
         self.cache = cache
         self._split = split
@@ -176,7 +181,9 @@ class SandboxedVerifier:
         file and ran ``pytest --evolve`` would otherwise wonder why the
         results ignore the edit.
         """
-        test_files = sorted({nodeid.split("::", 1)[0] for nodeid in self._split.all_tasks})
+        prefix = f"{self.subdir}/" if self.subdir else ""
+        test_files = sorted({prefix + nodeid.split("::", 1)[0]
+                             for nodeid in self._split.all_tasks})
         dirty = dirty_paths(self.repo, [*self._tree.roots, *test_files])
         if dirty:
             more = f" and {len(dirty) - 5} more" if len(dirty) > 5 else ""
@@ -370,8 +377,8 @@ class SandboxedVerifier:
                 scratch = workspace.new_run_scratch()
                 before = _scan_repo(self.repo) if self._watch_repo else {}
                 try:
-                    outcome = run_tests(workspace.root, plan, self._config, scratch=scratch,
-                                        state_dir=workspace.state_dir,
+                    outcome = run_tests(workspace.root / self.subdir, plan, self._config,
+                                        scratch=scratch, state_dir=workspace.state_dir,
                                         writable=workspace.writable_paths())
                 except BackendError:
                     if attempt + 1 >= _RUN_ATTEMPTS:
@@ -414,6 +421,20 @@ class SandboxedVerifier:
                 self._idle.append(workspace)
         if close:
             workspace.close()
+
+
+def _check_subdir(subdir: str) -> str:
+    """The pytest rootdir relative to the repository root, as a clean posix path."""
+    clean = subdir.replace("\\", "/").strip("/")
+    if clean in ("", "."):
+        return ""
+    parts = clean.split("/")
+    if any(part in ("", ".", "..") for part in parts) or os.path.isabs(subdir):
+        raise ValueError(
+            f"subdir {subdir!r} must be a relative path inside the repository, without '..' "
+            "(the directory of the pytest rootdir relative to the git root)"
+        )
+    return clean
 
 
 def _without_empty_dirs(check: FrozenCheck, root: Path) -> FrozenCheck:
