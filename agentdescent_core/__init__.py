@@ -64,6 +64,8 @@ _EXPORTS: dict[str, str] = {
     "AuditScheduler": "agentdescent_core.aggregator",
     "evolve": "agentdescent_core.loop",
     "async_evolve": "agentdescent_core.loop",
+    "evolve_verified": "agentdescent_core.loop",
+    "ProposalSite": "agentdescent_core.loop",
     "EvolutionResult": "agentdescent_core.loop",
     "RoundInfo": "agentdescent_core.loop",
     "DataParallel": "agentdescent_core.loop",
@@ -147,11 +149,13 @@ if TYPE_CHECKING:
         DifficultyWeighted,
         EvolutionResult,
         PipelineParallel,
+        ProposalSite,
         RoundInfo,
         RoundRobin,
         TensorParallel,
         async_evolve,
         evolve,
+        evolve_verified,
     )
     from agentdescent_core.sandbox.select import get_backend
     from agentdescent_core.sandbox.spec import Limits

@@ -1,26 +1,97 @@
 """The pytest plugin entry point (``pytest11: agentdescent``).
 
-So far it only registers the markers, so a suite can start marking its tasks
-today; ``--evolve`` and the rest of the options arrive with the plugin issue.
-Heavy imports (git, numpy, the SDKs) stay out of this module: it is imported by
-every pytest run in an environment where the package is installed.
+It registers the options and ini keys (``settings.KNOBS``), the hookspecs
+(``hooks``), the markers and the ``evolve_reward`` fixture, validates the
+settings in ``pytest_configure``, and then either hands the run to the
+evolution controller (``--evolve PATH``, ``session.EvolveSession``, which takes
+over the test loop the way pytest-xdist's DSession does) or stays a plain run
+that only adds the "evolve: N tasks, reward R" summary line.
+
+This module is imported by every pytest run in an environment where the package
+is installed, so it stays thin: the controller and everything heavy it needs
+(git, numpy, the SDKs) are imported only when ``--evolve`` is given.
 """
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from pytest_agentdescent.reward import evolve_reward  # noqa: F401  (the fixture, registered here)
+from pytest_agentdescent.markers import EVOLVE_MARKER, GUARD_MARKER, validate_markers
+from pytest_agentdescent.reward import CHILD_ENV
+from pytest_agentdescent.reward import evolve_reward as evolve_reward
+from pytest_agentdescent.settings import EvolveSettings, add_options, read_settings
 
-EVOLVE_MARKER = (
-    "evolve(weight=1.0, holdout=None): this test is an agentdescent task; "
-    "its pass/fail (or evolve_reward value) is the reward."
-)
-GUARD_MARKER = (
-    "evolve_guard: this test must keep passing for an evolved candidate to be accepted."
-)
+__all__ = ["EVOLVE_MARKER", "GUARD_MARKER", "evolve_reward"]
+
+SESSION_NAME = "agentdescent-session"
+SUMMARY_NAME = "agentdescent-summary"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser)
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from pytest_agentdescent import hooks
+
+    pluginmanager.add_hookspecs(hooks)
+
+
+def _xdist_in_use(config: pytest.Config) -> str | None:
+    """How pytest-xdist was asked to distribute this run (``-n 4``), or None."""
+    numprocesses = config.getoption("numprocesses", None)
+    if numprocesses:
+        return f"-n {numprocesses}"
+    dist = config.getoption("dist", "no")
+    if dist and dist != "no":
+        return f"--dist {dist}"
+    if config.getoption("tx", None):
+        return "--tx"
+    return None
+
+
+def _refuse_xdist(config: pytest.Config) -> None:
+    how = _xdist_in_use(config)
+    if how is None:
+        return
+    raise pytest.UsageError(
+        f"--evolve cannot run under pytest-xdist ({how}): the evolution controller takes "
+        "over the test loop and already runs candidates' tests in its own sandboxed "
+        "processes. Add -n 0 (or -p no:xdist) to the --evolve command line; for "
+        "parallelism use --evolve-workers and the evolve_eval_concurrency ini key"
+    )
+
+
+def _start_controller(config: pytest.Config, settings: EvolveSettings) -> None:
+    from pytest_agentdescent.session import EvolveSession
+
+    config.pluginmanager.register(EvolveSession(config, settings), SESSION_NAME)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", EVOLVE_MARKER)
     config.addinivalue_line("markers", GUARD_MARKER)
+    if os.environ.get(CHILD_ENV) == "1":
+        # A child evaluating a candidate: always a plain run, whatever the ini says.
+        config.pluginmanager.register(_summary(), SUMMARY_NAME)
+        return
+    if config.getoption("help", False):
+        return  # --help must work even while an ini value is wrong
+    settings = read_settings(config)
+    if settings.enabled:
+        _refuse_xdist(config)
+        _start_controller(config, settings)
+    else:
+        config.pluginmanager.register(_summary(), SUMMARY_NAME)
+
+
+def _summary() -> object:
+    from pytest_agentdescent.summary import RewardSummary
+
+    return RewardSummary()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    validate_markers(items)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -167,3 +168,25 @@ def clean_user_repo(tmp_path: Path) -> Iterator[UserRepo]:
     user = make_user_repo(tmp_path / "user-repo")
     yield user
     user.repo.close()
+
+
+def clone_working_tree(source: Path, dest: Path) -> Path:
+    """``source`` as a fresh clone would have it, uncommitted work included, at ``dest``.
+
+    Tracked and untracked-but-not-ignored files are copied into a new repository
+    with one commit, so commands that evolve committed files test the code as
+    it is now, and nothing they write lands in the real checkout.
+    """
+    listed = git.Git(str(source)).execute(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], env=USER_ENV)
+    for rel in filter(None, str(listed).split("\0")):
+        origin = source / rel
+        if not origin.is_file() or "__pycache__" in rel:
+            continue  # deleted in the working tree but still in the index
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(origin, target)
+    user_git(dest.parent, "init", "--quiet", "--initial-branch=main", str(dest))
+    user_git(dest, "add", "--all")
+    user_git(dest, "commit", "--quiet", "-m", "a fresh clone")
+    return dest

@@ -5,6 +5,9 @@ finite: an install step (``python -m pip install ...``) is already done for the
 suite that runs this test, so it is dropped; and the project's own test command
 gets ``--collect-only`` so this test does not run the suite inside itself (CI
 runs that command in full).  A block line ending in ``\\`` continues on the next.
+Commands run in a fresh clone of the working tree (uncommitted work included),
+so what they write — an evolution's state directory, its branches — never
+lands in the real checkout.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import clone_working_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -67,8 +71,13 @@ def test_readme_has_the_two_fresh_machine_commands() -> None:
     assert any(c.endswith("python -m pytest") for c in installs), "README lost the test command"
 
 
+@pytest.fixture(scope="module")
+def project_clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return clone_working_tree(ROOT, tmp_path_factory.mktemp("docs") / "project")
+
+
 @pytest.mark.parametrize(("doc", "command"), DOCUMENTED)
-def test_documented_command_runs(doc: Path, command: str) -> None:
+def test_documented_command_runs(doc: Path, command: str, project_clone: Path) -> None:
     to_run = runnable(command)
     if to_run is None:
         return  # an install-only line; the suite running this test already installed it
@@ -78,7 +87,7 @@ def test_documented_command_runs(doc: Path, command: str) -> None:
     completed = subprocess.run(
         to_run,
         shell=True,
-        cwd=ROOT,
+        cwd=project_clone,
         env=env,
         capture_output=True,
         text=True,

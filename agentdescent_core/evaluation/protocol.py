@@ -23,14 +23,18 @@ class TaskSplit:
 
     ``train`` tasks are shown to proposers; ``held_out`` tasks never are, and
     when there are any, acceptance, the target reward and patience are measured
-    on them (``eval_tasks``), else on ``train``.  ``guards`` must keep passing
-    for a candidate to be accepted.  ``weights`` default to 1.0.
+    on them (``eval_tasks``), else on ``train``.  With ``eval_on_all`` they are
+    measured on train and held-out tasks together (the pytest plugin's rule:
+    the reward is the whole suite's, the held-out part is only hidden from the
+    proposer and reported apart).  ``guards`` must keep passing for a
+    candidate to be accepted.  ``weights`` default to 1.0.
     """
 
     train: tuple[str, ...]
     held_out: tuple[str, ...] = ()
     guards: tuple[str, ...] = ()
     weights: Mapping[str, float] = field(default_factory=dict)
+    eval_on_all: bool = False
 
     def __post_init__(self) -> None:
         overlap = set(self.train) & set(self.held_out)
@@ -41,6 +45,8 @@ class TaskSplit:
 
     @property
     def eval_tasks(self) -> tuple[str, ...]:
+        if self.eval_on_all:
+            return tuple(dict.fromkeys((*self.train, *self.held_out)))
         return self.held_out or self.train
 
     @property

@@ -21,6 +21,12 @@ alone.  Three things hold for every answer:
   isolation (``local``) the user's repository is also stat-scanned around each
   run, and a change there disqualifies the candidate too — with the honest
   caveat that an edit the user makes during that run is blamed on it.
+* **One verifier for the whole engine.**  Besides the aggregator's
+  ``evaluate``, it answers the workers' questions (:meth:`rollout`,
+  :meth:`task`, :meth:`render`, :attr:`ever_succeeded`), so
+  ``evolve_verified`` drives it exactly like ``evolve()`` drives its
+  CallableVerifier.  A rollout's output is an :class:`Observation`: the files
+  the test ran against and its :class:`TestRecord` (message, captured output).
 * **Thread-safe.**  Workspaces form a pool (created lazily, one child per
   workspace at a time); concurrent requests for the same candidate wait for
   each other instead of running the same tests twice; ``eval_concurrency``
@@ -43,6 +49,7 @@ from pathlib import Path
 from agentdescent_core.artifacts.filetree import FileTree, state_hash
 from agentdescent_core.errors import BackendError, RefusalError
 from agentdescent_core.evaluation.cache import EvalCache, Verdict
+from agentdescent_core.evaluation.callable import Rollout
 from agentdescent_core.evaluation.child import ChildConfig, ChildOutcome, run_tests, split_plan
 from agentdescent_core.evaluation.protocol import TaskSplit
 from agentdescent_core.evaluation.records import TestRecord
@@ -53,8 +60,9 @@ from agentdescent_core.sandbox.snapshot import is_cache
 from agentdescent_core.sandbox.spec import Backend, Limits, Network
 from agentdescent_core.sandbox.workspace import FrozenCheck, Workspace, dirty_paths
 from agentdescent_core.stats.samples import TaskSamples
+from agentdescent_core.tasks import Task
 
-__all__ = ["SandboxedVerifier", "UncommittedChangesWarning", "record_reward"]
+__all__ = ["Observation", "SandboxedVerifier", "UncommittedChangesWarning", "record_reward"]
 
 
 class UncommittedChangesWarning(UserWarning):
@@ -79,6 +87,19 @@ def record_reward(record: TestRecord) -> float:
     if record.counts and record.reward is not None:
         return record.reward
     return 0.0
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What a rollout of one test saw: the artifact files it ran against and its record.
+
+    This is the ``output`` a proposer receives: ``record.message`` is pytest's
+    assertion message (or why the candidate was ruled out), ``record.output``
+    the captured output.
+    """
+
+    files: Mapping[str, str]
+    record: TestRecord
 
 
 @dataclass
@@ -225,9 +246,19 @@ class SandboxedVerifier:
         for task_id in ids:
             if task_id not in known:
                 raise ValueError(f"unknown task id {task_id!r}; the run has no such task")
+        verdict, have = self._obtain(state, [(t, r) for t in ids for r in range(repeats)])
+        if verdict is not None:
+            rewards = {t: [0.0] * repeats for t in ids}
+        else:
+            rewards = {t: [record_reward(have[(t, r)]) for r in range(repeats)] for t in ids}
+        weights = {t: self._split.weight(t) for t in ids if self._split.weight(t) != 1.0}
+        return TaskSamples(rewards, weights)
+
+    def _obtain(self, state: Mapping[str, str], wanted: Sequence[Key]
+                ) -> tuple[Verdict | None, dict[Key, TestRecord]]:
+        """Records for ``wanted`` at ``state`` (memory, cache, else a child run), or the verdict."""
         frozen_state = dict(state)
         artifact = state_hash(frozen_state)
-        wanted = [(t, r) for t in ids for r in range(repeats)]
         with self._state_lock(artifact):
             context = self._context_hash()
             verdict = self._verdict(artifact, context)
@@ -237,12 +268,46 @@ class SandboxedVerifier:
                 missing = [key for key in wanted if key not in have]
                 if missing:
                     verdict = self._run(frozen_state, artifact, context, missing, have)
+        return verdict, have
+
+    # ---------------------------------------------------------------- the workers' questions
+
+    @property
+    def ever_succeeded(self) -> bool:
+        """True once a child pytest has run tests: the backend demonstrably works."""
+        with self._lock:
+            return self._children > 0
+
+    def task(self, task_id: str) -> Task:
+        """The engine's Task for a nodeid (the test itself is the prompt, so it is empty)."""
+        if task_id not in set(self._split.all_tasks):
+            raise ValueError(f"unknown task id {task_id!r}; the run has no such task")
+        return Task(task_id, "")
+
+    def render(self, state: Mapping[str, str]) -> str:
+        """The artifact as the proposer reads it (the FileTree's rendering)."""
+        return self._tree.render(state)
+
+    def rollout(self, state: Mapping[str, str], task_id: str, repeat: int = 0) -> Rollout:
+        """One (test, repeat) at ``state``: reward and :class:`Observation`, memoised and cached.
+
+        A candidate ruled out as a whole (frozen violation, collection error)
+        earns 0.0, and its observation's record carries the reason as message.
+        """
+        if task_id not in set(self._split.all_tasks):
+            raise ValueError(f"unknown task id {task_id!r}; the run has no such task")
+        if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 0:
+            raise ValueError(f"repeat must be an integer >= 0, got {repeat!r}")
+        files = dict(state)
+        verdict, have = self._obtain(files, [(task_id, repeat)])
         if verdict is not None:
-            rewards = {t: [0.0] * repeats for t in ids}
+            phase = "collect" if verdict.kind == "collection-error" else "call"
+            record = TestRecord(task_id, "error", 0.0, repeat,
+                                message=f"{verdict.kind}: {verdict.message}", phase=phase)
         else:
-            rewards = {t: [record_reward(have[(t, r)]) for r in range(repeats)] for t in ids}
-        weights = {t: self._split.weight(t) for t in ids if self._split.weight(t) != 1.0}
-        return TaskSamples(rewards, weights)
+            record = have[(task_id, repeat)]
+        reward = 0.0 if verdict is not None else record_reward(record)
+        return Rollout(task_id, repeat, Observation(files, record), reward)
 
     # ---------------------------------------------------------------- what the engine asks next
 

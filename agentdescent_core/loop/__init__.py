@@ -20,6 +20,8 @@ from agentdescent_core.loop.parallel import (
 )
 from agentdescent_core.loop.result import STOP_REASONS, EvolutionResult, RoundInfo
 from agentdescent_core.loop.sampling import DifficultyWeighted, RoundRobin, TaskSampler
+from agentdescent_core.loop.verified import evolve_verified
+from agentdescent_core.loop.worker import ProposalSite
 
 __all__ = [
     "STOP_REASONS",
@@ -30,6 +32,7 @@ __all__ = [
     "EvolutionResult",
     "ParallelMode",
     "PipelineParallel",
+    "ProposalSite",
     "RoundInfo",
     "RoundRobin",
     "Shard",
@@ -37,4 +40,5 @@ __all__ = [
     "TensorParallel",
     "async_evolve",
     "evolve",
+    "evolve_verified",
 ]

@@ -5,6 +5,8 @@ parallel mode) before anything runs, splits the tasks, opens the ledger
 (scratch, fresh at ``repo_path``, or resumed from it) and wires the verifier,
 the artifact store and the aggregator together.  :class:`RunParts` holds the
 result; its ``close`` removes a scratch ledger and stops the evaluation pool.
+:func:`wire_run` is the half that ``evolve_verified`` shares: everything
+around a ledger and a verifier the caller already has.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import os
 import random
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,11 +41,25 @@ from agentdescent_core.ledger.plumbing import RefUpdate
 from agentdescent_core.loop.budget import Budget
 from agentdescent_core.loop.parallel import DataParallel, ParallelMode, Shard
 from agentdescent_core.loop.sampling import TaskSampler
-from agentdescent_core.loop.worker import Actor, WorkerContext, check_signatures
+from agentdescent_core.loop.worker import (
+    Actor,
+    EngineVerifier,
+    WorkerContext,
+    check_signatures,
+)
 from agentdescent_core.staleness import StalenessPolicy, get_policy
 from agentdescent_core.tasks import Task
 
-__all__ = ["RunParts", "build_run", "open_ledger", "split_tasks"]
+__all__ = [
+    "RunParts",
+    "RunPlan",
+    "build_run",
+    "check_strategy",
+    "open_ledger",
+    "plan_run",
+    "split_tasks",
+    "wire_run",
+]
 
 AggregatorFactory = Callable[..., Any]
 
@@ -140,24 +156,33 @@ def _keys_for_sections(strategy: Strategy, state: dict[str, str]) -> list[str] |
 
 @dataclass
 class RunParts:
-    """The wired-up pieces of one run."""
+    """The wired-up pieces of one run.
+
+    ``owns_verifier`` / ``owns_ledger``: whether ``close`` closes them — True
+    for what the run built itself, False for what a caller handed in
+    (``evolve_verified``), which the caller still reads after the run.
+    """
 
     split: TaskSplit
     strategy: Strategy
     ledger: Ledger
     store: ArtifactStore
-    verifier: CallableVerifier
+    verifier: EngineVerifier
     aggregator: AggregatorProtocol
     budget: Budget
     ctx: WorkerContext
     shards: list[Shard]
     resumed: bool
     scratch: bool
+    owns_verifier: bool = True
+    owns_ledger: bool = True
 
     def close(self) -> None:
         self.ctx.stop.set()  # abandoned units stop calling the backend at their next step
-        self.verifier.close()
-        self.ledger.close()
+        if self.owns_verifier:
+            self.verifier.close()
+        if self.owns_ledger:
+            self.ledger.close()
 
     def ledger_log(self) -> list[str]:
         log = getattr(self.store, "log", None)
@@ -165,6 +190,106 @@ class RunParts:
             return list(log()) if callable(log) else []
         except Exception:  # cosmetic: a failing log must not take the result with it
             return []
+
+
+def check_strategy(strategy: Strategy) -> None:
+    """ContractError unless ``strategy`` has what the workers and the store call."""
+    for name in ("initial", "render", "to_diff"):
+        if not callable(getattr(strategy, name, None)):
+            raise ContractError(
+                f"strategy {type(strategy).__name__} has no {name}() method; a strategy needs "
+                "initial(), render(state) and to_diff(state, proposal, author, base_version, "
+                "target) (AppendRules, KeyedRules, SingleSlot and FileTree have them)"
+            )
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run decides before it touches a ledger: shards, staleness policy, config."""
+
+    shards: list[Shard]
+    policy: StalenessPolicy
+    config: AggregatorConfig
+
+
+def plan_run(
+    *,
+    train: Sequence[Task],
+    keys_state: Mapping[str, str],
+    strategy: Strategy,
+    parallel: ParallelMode | None,
+    staleness_policy: StalenessPolicy | str | None,
+    agg_config: AggregatorConfig | None,
+    n_workers: int,
+) -> RunPlan:
+    """Validate and resolve the run's plug-ins (raising before any side effect).
+
+    ``keys_state`` is the artifact state whose keys a TensorParallel split
+    cuts into sections.
+    """
+    mode = parallel if parallel is not None else DataParallel()
+    shards = mode.assign(list(train), n_workers, _keys_for_sections(strategy, dict(keys_state)))
+    if isinstance(staleness_policy, str):
+        staleness_policy = get_policy(staleness_policy)
+    policy = staleness_policy if staleness_policy is not None else get_policy()
+    config = agg_config if agg_config is not None else AggregatorConfig()
+    return RunPlan(shards, policy, config)
+
+
+def wire_run(
+    plan: RunPlan,
+    *,
+    split: TaskSplit,
+    ledger: Ledger,
+    verifier: EngineVerifier,
+    actor: Actor,
+    strategy: Strategy,
+    task_sampler: TaskSampler,
+    blast_radius: float,
+    aggregator_factory: AggregatorFactory | None,
+    budget: Budget,
+    artifact_id: str,
+    seed: int,
+    resumed: bool,
+    scratch: bool,
+    owns_verifier: bool = True,
+    owns_ledger: bool = True,
+) -> RunParts:
+    """Store, aggregator and worker context around an open ledger and a verifier.
+
+    Shared by :func:`build_run` (``evolve()`` / ``async_evolve()``) and
+    ``evolve_verified`` (the pytest plugin), so both drive the same pipeline.
+    On failure, closes what it owns before raising.
+    """
+    try:
+        codec = codec_for(strategy)
+        store = ArtifactStore(ledger, strategy, codec, artifact_id=artifact_id,
+                              blast_radius=blast_radius)
+        config = plan.config
+        audit = AuditScheduler(oracle_budget=config.oracle_budget,
+                               trust_floor=config.trust_floor)
+        factory = aggregator_factory if aggregator_factory is not None else Aggregator
+        aggregator = factory(store, verifier, audit, config, plan.policy)
+        missing = [m for m in ("step", "flush", "finish", "head", "head_reward")
+                   if not callable(getattr(aggregator, m, None))]
+        if missing:
+            raise ContractError(
+                f"aggregator_factory {callable_name(factory)} returned "
+                f"{type(aggregator).__name__}, which lacks {', '.join(missing)}; it must "
+                "satisfy AggregatorProtocol (step, flush, finish, head, head_reward)"
+            )
+        ctx = WorkerContext(actor=actor, strategy=strategy, verifier=verifier, budget=budget,
+                            sampler=task_sampler, artifact_id=artifact_id, seed=seed)
+    except BaseException:
+        if owns_verifier:
+            verifier.close()
+        if owns_ledger:
+            ledger.close()
+        raise
+    return RunParts(split=split, strategy=strategy, ledger=ledger, store=store,
+                    verifier=verifier, aggregator=aggregator, budget=budget, ctx=ctx,
+                    shards=plan.shards, resumed=resumed, scratch=scratch,
+                    owns_verifier=owns_verifier, owns_ledger=owns_ledger)
 
 
 def build_run(
@@ -189,52 +314,28 @@ def build_run(
     artifact_id: str,
 ) -> RunParts:
     check_signatures(actor, reward)
-    for name in ("initial", "render", "to_diff"):
-        if not callable(getattr(strategy, name, None)):
-            raise ContractError(
-                f"strategy {type(strategy).__name__} has no {name}() method; a strategy needs "
-                "initial(), render(state) and to_diff(state, proposal, author, base_version, "
-                "target) (AppendRules, KeyedRules, SingleSlot and FileTree have them)"
-            )
+    check_strategy(strategy)
     check_artifact_id(artifact_id)
     split = split_tasks(tasks, held_out_frac, shuffle=shuffle, seed=seed)
-    mode = parallel if parallel is not None else DataParallel()
     by_id = {t.id: t for t in tasks}
-    train = [by_id[t] for t in split.train]
-    shards = mode.assign(train, n_workers, _keys_for_sections(strategy, strategy.initial()))
-    if isinstance(staleness_policy, str):
-        staleness_policy = get_policy(staleness_policy)
-    policy = staleness_policy if staleness_policy is not None else get_policy()
-    config = agg_config if agg_config is not None else AggregatorConfig()
+    plan = plan_run(
+        train=[by_id[t] for t in split.train], keys_state=strategy.initial(), strategy=strategy,
+        parallel=parallel, staleness_policy=staleness_policy, agg_config=agg_config,
+        n_workers=n_workers,
+    )
     codec = codec_for(strategy)
     ledger, resumed = open_ledger(repo_path, strategy, codec, artifact_id)
-    verifier: CallableVerifier | None = None
     try:
-        store = ArtifactStore(ledger, strategy, codec, artifact_id=artifact_id,
-                              blast_radius=blast_radius)
         verifier = CallableVerifier(
             tasks, actor.run, reward, strategy.render, split,
             eval_concurrency=eval_concurrency, on_call=budget.charge_run, seed=seed,
         )
-        audit = AuditScheduler(oracle_budget=config.oracle_budget,
-                               trust_floor=config.trust_floor)
-        factory = aggregator_factory if aggregator_factory is not None else Aggregator
-        aggregator = factory(store, verifier, audit, config, policy)
-        missing = [m for m in ("step", "flush", "finish", "head", "head_reward")
-                   if not callable(getattr(aggregator, m, None))]
-        if missing:
-            raise ContractError(
-                f"aggregator_factory {callable_name(factory)} returned "
-                f"{type(aggregator).__name__}, which lacks {', '.join(missing)}; it must "
-                "satisfy AggregatorProtocol (step, flush, finish, head, head_reward)"
-            )
-        ctx = WorkerContext(actor=actor, strategy=strategy, verifier=verifier, budget=budget,
-                            sampler=task_sampler, artifact_id=artifact_id, seed=seed)
     except BaseException:
-        if verifier is not None:
-            verifier.close()
         ledger.close()
         raise
-    return RunParts(split=split, strategy=strategy, ledger=ledger, store=store,
-                    verifier=verifier, aggregator=aggregator, budget=budget, ctx=ctx,
-                    shards=shards, resumed=resumed, scratch=repo_path is None)
+    return wire_run(
+        plan, split=split, ledger=ledger, verifier=verifier, actor=actor, strategy=strategy,
+        task_sampler=task_sampler, blast_radius=blast_radius,
+        aggregator_factory=aggregator_factory, budget=budget, artifact_id=artifact_id,
+        seed=seed, resumed=resumed, scratch=repo_path is None,
+    )

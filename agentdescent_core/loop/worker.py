@@ -7,6 +7,13 @@ failure, turns the proposal into a Diff through the strategy and returns an
 :class:`~agentdescent_core.evidence.EvidenceCard`.  Rollouts go through the
 verifier (memoised, retried); ``propose`` is retried here the same way.
 
+A ``propose`` function whose ``wants_site`` attribute is true is also told
+where it is being called from — ``site=ProposalSite(round, worker, version)``
+as a keyword argument — which is what a proposer needs to seed its own
+randomness per call or to show "round 3, worker-1" to a person; without the
+attribute the classic four-argument call is kept, so existing callables work
+unchanged.
+
 Failure handling follows the three categories: a ContractError (the caller's
 code is wrong) and the budget's stop propagate; a proposal the strategy
 refuses becomes a MergeReport with the refusal's category (counted in the
@@ -24,27 +31,77 @@ import random
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from agentdescent_core.artifacts.filetree import state_hash
 from agentdescent_core.artifacts.strategies import Strategy
 from agentdescent_core.errors import BackendError, ContractError, RefusalError
 from agentdescent_core.evaluation.callable import (
-    CallableVerifier,
+    Rollout,
     call_with_retries,
     callable_name,
 )
+from agentdescent_core.evaluation.protocol import TaskSplit
 from agentdescent_core.evidence import EvidenceCard, MergeReport
 from agentdescent_core.loop.budget import Budget
 from agentdescent_core.loop.parallel import Shard
 from agentdescent_core.loop.sampling import TaskSampler
+from agentdescent_core.stats.samples import TaskSamples
 from agentdescent_core.tasks import Task
 
-__all__ = ["Actor", "Snapshot", "UnitResult", "WorkerContext", "check_signatures",
-           "resolve_actor", "work_unit"]
+__all__ = ["Actor", "EngineVerifier", "ProposalSite", "Snapshot", "UnitResult", "WorkerContext",
+           "check_propose", "check_signatures", "resolve_actor", "wants_site", "work_unit"]
 
 RunFn = Callable[[str, Task], Any]
-ProposeFn = Callable[[str, Task, Any, float], Any]
+ProposeFn = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class ProposalSite:
+    """Where a proposal is asked for: the round, the worker's name, the version it reads."""
+
+    round: int
+    worker: str
+    version: int
+
+
+def wants_site(propose: object) -> bool:
+    """True when ``propose`` asked (``propose.wants_site = True``) for the ``site=`` keyword."""
+    return bool(getattr(propose, "wants_site", False))
+
+
+@runtime_checkable
+class EngineVerifier(Protocol):
+    """What the workers and the drivers need from a verifier, beyond the aggregator's Verifier.
+
+    CallableVerifier (``evolve()``) and SandboxedVerifier (the pytest plugin)
+    both satisfy it: memoised single rollouts for the workers, the task and the
+    rendered artifact for ``propose``, and the facts the failure-tolerance rule
+    and the usage report read.
+    """
+
+    @property
+    def split(self) -> TaskSplit: ...
+
+    @property
+    def evaluations(self) -> int: ...
+
+    @property
+    def ever_succeeded(self) -> bool: ...
+
+    def evaluate(
+        self, state: Mapping[str, str], task_ids: Sequence[str], repeats: int
+    ) -> TaskSamples: ...
+
+    def rollout(self, state: Mapping[str, str], task_id: str, repeat: int = 0) -> Rollout: ...
+
+    def task(self, task_id: str) -> Task: ...
+
+    def render(self, state: Mapping[str, str]) -> str: ...
+
+    def usage(self) -> Mapping[str, int]: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -83,29 +140,45 @@ def resolve_actor(agent: object | None, run: RunFn | None, propose: ProposeFn | 
     return Actor(run, propose)
 
 
-def _check_binds(role: str, fn: object, shape: str, args: Sequence[object]) -> None:
+def _check_binds(role: str, fn: object, shape: str, args: Sequence[object],
+                 kwargs: Mapping[str, object] | None = None) -> None:
     try:
         signature = inspect.signature(fn)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return  # no introspectable signature (a builtin): the first call will tell
     try:
-        signature.bind(*args)
+        signature.bind(*args, **(kwargs or {}))
     except TypeError as exc:
         raise ContractError(
             f"{role} {callable_name(fn)}{signature} cannot be called as {shape} ({exc}); "
-            f"give it exactly those positional parameters"
+            f"give it exactly those parameters"
         ) from None
+
+
+_PROBE = Task("signature-check", "")
+
+
+def check_propose(propose: object) -> None:
+    """Bind-test ``propose`` in the form it will be called (with ``site=`` if it wants it)."""
+    if not callable(propose):
+        raise ContractError(f"propose= must be callable, got {type(propose).__name__} "
+                            f"({propose!r:.60})")
+    if wants_site(propose):
+        _check_binds("propose", propose, "propose(rendered, task, output, score, *, site) "
+                     "(it sets wants_site = True)", ("", _PROBE, None, 0.0),
+                     {"site": ProposalSite(0, "worker-0", 0)})
+    else:
+        _check_binds("propose", propose, "propose(rendered, task, output, score)",
+                     ("", _PROBE, None, 0.0))
 
 
 def check_signatures(actor: Actor, reward: object) -> None:
     """Bind-test the callables before the first rollout, so a typo fails fast and by name."""
     if not callable(reward):
         raise ContractError(f"reward must be callable as reward(task, output), got {reward!r:.60}")
-    probe = Task("signature-check", "")
-    _check_binds("run", actor.run, "run(rendered, task)", ("", probe))
-    _check_binds("propose", actor.propose, "propose(rendered, task, output, score)",
-                 ("", probe, None, 0.0))
-    _check_binds("reward", reward, "reward(task, output)", (probe, None))
+    _check_binds("run", actor.run, "run(rendered, task)", ("", _PROBE))
+    check_propose(actor.propose)
+    _check_binds("reward", reward, "reward(task, output)", (_PROBE, None))
 
 
 @dataclass(frozen=True)
@@ -137,7 +210,7 @@ class WorkerContext:
         *,
         actor: Actor,
         strategy: Strategy,
-        verifier: CallableVerifier,
+        verifier: EngineVerifier,
         budget: Budget,
         sampler: TaskSampler,
         artifact_id: str,
@@ -230,9 +303,13 @@ def work_unit(
                 continue
             task = ctx.verifier.task(task_id)
             rendered = ctx.verifier.render(state)
+            call = functools.partial(ctx.actor.propose, rendered, task, rollout.output,
+                                     rollout.reward)
+            if wants_site(ctx.actor.propose):
+                call = functools.partial(call, site=ProposalSite(round_index, name,
+                                                                 snapshot.version))
             proposal = call_with_retries(
-                functools.partial(ctx.actor.propose, rendered, task, rollout.output,
-                                  rollout.reward),
+                call,
                 what=f"propose {callable_name(ctx.actor.propose)} on task {task_id!r}",
                 retries=ctx.retries, backoff=ctx.backoff, on_attempt=ctx.budget.charge_propose,
             )

@@ -1,0 +1,177 @@
+"""The proposer of ``pytest --evolve``: the ``pytest_evolve_propose`` hook, called per failure.
+
+The engine asks a worker's proposer about one failing train task at a time;
+the hook gets more: every train task known to fail at that state (the asked
+one first), each with pytest's assertion message, the captured output and the
+test's source, so one answer can fix several tests.  Holdout tasks never
+appear in a context — not their names, messages or sources — or the
+holdout reward would stop measuring generalisation.
+
+A hook implementation that raises is a bug in the user's code: it becomes a
+:class:`~agentdescent_core.errors.ContractError` at once (the engine does not
+retry those) so the run ends with the hook's error instead of silently
+retrying the same crash every round.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import traceback
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentdescent_core.errors import ContractError
+from agentdescent_core.evaluation.records import TestRecord
+from agentdescent_core.evaluation.sandboxed import Observation, SandboxedVerifier, record_reward
+from agentdescent_core.loop.worker import ProposalSite
+from agentdescent_core.tasks import Task
+from pytest_agentdescent.hooks import Failure, ProposeContext
+
+__all__ = ["HookProposer", "hook_implementations", "missing_proposer_message"]
+
+#: The last lines of a hook's traceback worth showing in the error.
+_TRACE_LINES = 12
+
+
+def hook_implementations(config: pytest.Config) -> list[str]:
+    """Where ``pytest_evolve_propose`` is implemented (conftest paths or plugin names)."""
+    found: list[str] = []
+    for impl in config.pluginmanager.hook.pytest_evolve_propose.get_hookimpls():
+        module_file = getattr(impl.plugin, "__file__", None)
+        if module_file:
+            try:
+                found.append(Path(module_file).relative_to(config.rootpath).as_posix())
+                continue
+            except ValueError:
+                pass
+        found.append(module_file or impl.plugin_name)
+    return found
+
+
+def missing_proposer_message() -> str:
+    return (
+        "pytest --evolve has no proposer: implement pytest_evolve_propose in conftest.py "
+        "(or --evolve-model once available). The hook gets a ProposeContext with the "
+        "artifact files and the failing train tests (message, output, source) and returns "
+        "{repo-relative path: new text or None to delete}."
+    )
+
+
+class HookProposer:
+    """``propose(rendered, task, output, score, *, site)`` for the engine, backed by the hook.
+
+    ``verifier`` answers which other train tasks fail at the same state (from
+    what it already measured: nothing is run for it); ``sources`` maps node
+    ids to the test functions' source.  ``calls`` counts hook calls.
+    """
+
+    wants_site = True
+
+    def __init__(
+        self,
+        config: pytest.Config,
+        verifier: SandboxedVerifier,
+        *,
+        roots: Sequence[str],
+        train: Sequence[str],
+        sources: Mapping[str, str],
+        seed: int,
+    ) -> None:
+        self._config = config
+        self._verifier = verifier
+        self._roots = tuple(roots)
+        self._train = tuple(train)
+        self._train_set = frozenset(train)
+        self._sources = dict(sources)
+        self._seed = seed
+        self._lock = threading.Lock()
+        self._calls = 0
+
+    @property
+    def calls(self) -> int:
+        with self._lock:
+            return self._calls
+
+    def __call__(self, rendered: str, task: Task, output: Any, score: float, *,
+                 site: ProposalSite) -> dict[str, str | None] | None:
+        files, record = _unpack(output, task, score)
+        context = ProposeContext(
+            files=dict(files),
+            roots=self._roots,
+            failures=self._failures(files, task.id, record, score),
+            round=site.round,
+            worker=site.worker,
+            version=site.version,
+            rng=random.Random(f"{self._seed}:{site.round}:{site.worker}:{site.version}"),
+        )
+        with self._lock:
+            self._calls += 1
+        try:
+            answer = self._config.hook.pytest_evolve_propose(context=context)
+        except Exception as exc:
+            lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+            tail = "".join(lines[-_TRACE_LINES:]).rstrip()
+            raise ContractError(
+                f"pytest_evolve_propose raised {type(exc).__name__}: {exc} (round {site.round}, "
+                f"{site.worker}); fix the hook — the run stops rather than retry it.\n{tail}"
+            ) from exc
+        return _checked(answer)
+
+    def _failures(self, files: Mapping[str, str], asked: str, record: TestRecord | None,
+                  score: float) -> tuple[Failure, ...]:
+        """The failing train tasks at ``files``, the asked one first; never a holdout task."""
+        found: list[Failure] = []
+        if asked in self._train_set:
+            found.append(self._failure(asked, record, score))
+        for nodeid in self._train:
+            if nodeid == asked:
+                continue
+            known = self._verifier.records(files, nodeid)
+            failing = [r for r in known if r.counts and record_reward(r) < 1.0]
+            if failing:
+                found.append(self._failure(nodeid, failing[0], record_reward(failing[0])))
+        return tuple(found)
+
+    def _failure(self, nodeid: str, record: TestRecord | None, reward: float) -> Failure:
+        return Failure(
+            nodeid=nodeid,
+            outcome=record.outcome if record is not None else "failed",
+            reward=float(reward),
+            message=record.message if record is not None else "",
+            output=record.output if record is not None else "",
+            source=self._sources.get(nodeid, ""),
+        )
+
+
+def _unpack(output: Any, task: Task, score: float
+            ) -> tuple[Mapping[str, str], TestRecord | None]:
+    if isinstance(output, Observation):
+        return output.files, output.record
+    raise ContractError(  # pragma: no cover - the sandboxed verifier always returns one
+        f"the proposer expected an Observation for task {task.id!r}, got "
+        f"{type(output).__name__} (score {score})"
+    )
+
+
+def _checked(answer: object) -> dict[str, str | None] | None:
+    """The hook's answer as ``{path: text or None}``; a ContractError for anything else."""
+    if answer is None:
+        return None
+    if not isinstance(answer, Mapping):
+        raise ContractError(
+            f"pytest_evolve_propose returned {type(answer).__name__} ({answer!r:.80}); return "
+            "a dict {repo-relative path: new text, or None to delete} or None for no proposal"
+        )
+    edits: dict[str, str | None] = {}
+    for path, text in answer.items():
+        if not isinstance(path, str) or not (text is None or isinstance(text, str)):
+            raise ContractError(
+                f"pytest_evolve_propose returned the entry {path!r}: {text!r:.60}; keys must be "
+                "repo-relative paths (str) and values the new text (str) or None to delete"
+            )
+        edits[path] = text
+    return edits or None

@@ -1,0 +1,484 @@
+"""The ``--evolve`` controller: collects like pytest, then evolves instead of running tests.
+
+Registered by the plugin only when ``--evolve`` (or ``evolve_paths``) is given
+and the process is not itself a child evaluation.  Like pytest-xdist's
+DSession it lets pytest collect as usual and takes over
+``pytest_runtestloop``: the marked tests are never run in this process — each
+candidate runs them in a sandboxed workspace (a child pytest) — and the loop
+is the engine's (:func:`~agentdescent_core.loop.verified.evolve_verified`)
+with the ``pytest_evolve_propose`` hook as proposer.
+
+What a run leaves behind: accepted versions on ``<prefix>dev`` /
+``<prefix>stable`` in the user's repository (a dry run: nothing, its ledger is
+a scratch repository), and ``report.json`` / ``report.md`` in the state
+directory, which is listed in ``.git/info/exclude`` so ``git status`` does not
+change.  Exit status: 0 when the run completed (improved or not), 1 when it
+ended on an error (the report says which, partial results kept), 4 for a
+usage error (raised before anything is evaluated).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_agentdescent.collect import (
+    EvolvePlan,
+    collect_plan,
+    ensure_state_dir,
+    find_layout,
+    resolve_roots,
+)
+from pytest_agentdescent.settings import EvolveSettings
+from pytest_agentdescent.terminal import (
+    Out,
+    collect_listing,
+    evolved_diff,
+    header_lines,
+    round_line,
+    summary_lines,
+)
+
+if TYPE_CHECKING:
+    from agentdescent_core.artifacts.filetree import FileTree
+    from agentdescent_core.evaluation.sandboxed import SandboxedVerifier
+    from agentdescent_core.ledger.ledger import Ledger
+    from agentdescent_core.loop.result import RoundInfo
+    from pytest_agentdescent.proposer import HookProposer
+
+__all__ = ["EvolveSession"]
+
+_TITLE = "agentdescent evolve"
+
+
+class EvolveSession:
+    """The controller plugin of one ``pytest --evolve`` run (``agentdescent-session``)."""
+
+    def __init__(self, config: pytest.Config, settings: EvolveSettings) -> None:
+        if settings.model is not None:
+            raise pytest.UsageError(
+                f"--evolve-model {settings.model} is not available yet (the model proposer "
+                "arrives in a later release); what works today is a pytest_evolve_propose "
+                "hook in conftest.py: drop --evolve-model and implement it"
+            )
+        if settings.pr:
+            raise pytest.UsageError(
+                "--evolve-pr is not available yet; the evolved version is on the "
+                f"{settings.branch_prefix}stable branch, ready to push yourself"
+            )
+        self.config = config
+        self.settings = settings
+        self.plan: EvolvePlan | None = None
+        self.report: dict[str, Any] | None = None
+        self.report_path: Path | None = None
+        self.diff: list[str] = []
+        self.warnings: list[str] = []
+        self._shown = 0  # warnings already printed in the header
+        self._proposer = ""
+        self._out = Out(config)
+
+    # ---------------------------------------------------------------- collection
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Tasks, guards, the split and the frozen set, from what pytest collected."""
+        layout = find_layout(self.config.rootpath)
+        roots = resolve_roots(self.settings.paths, layout)
+        self.plan = collect_plan(session, layout=layout, roots=roots,
+                                 holdout=self.settings.holdout,
+                                 frozen_patterns=self.settings.frozen)
+
+    # ---------------------------------------------------------------- the loop
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
+        if session.testsfailed and not self.config.option.continue_on_collection_errors:
+            return None  # pytest's own loop stops on the collection errors
+        plan = self.plan
+        if plan is None:  # pragma: no cover - collection_finish always ran before
+            raise pytest.UsageError("pytest --evolve: collection did not finish")
+        if self.config.option.collectonly:
+            self._out.sep(_TITLE)
+            self._out.lines(collect_listing(plan))
+            for note in plan.notes:
+                self._out.line(f"warning: {note}", yellow=True)
+            return True
+        if not plan.tasks:
+            raise pytest.UsageError(
+                "pytest --evolve found no task: mark the tests whose outcome is the reward with "
+                "@pytest.mark.evolve (and check the paths and -k/-m selections given to pytest)"
+            )
+        error = self._run(plan)
+        if error:
+            session.testsfailed = max(session.testsfailed, 1)  # exit status 1
+        return True
+
+    def _run(self, plan: EvolvePlan) -> bool:
+        """The whole evolution; True when it ended on an error."""
+        from agentdescent_core.artifacts.filetree import FileTree
+        from agentdescent_core.errors import RefusalError
+        from agentdescent_core.evaluation.cache import EvalCache, EvalCacheError
+        from pytest_agentdescent.proposer import hook_implementations, missing_proposer_message
+
+        settings = self.settings
+        implementations = hook_implementations(self.config)
+        if not implementations:
+            raise pytest.UsageError(missing_proposer_message())
+        backend = self._backend()
+        state_dir = ensure_state_dir(plan.layout, settings.state_dir)
+        try:
+            tree = FileTree(plan.roots, frozen=plan.frozen, repo_root=plan.layout.root)
+            ledger, base, ledger_line = self._ledger(plan, tree)
+        except RefusalError as exc:
+            raise pytest.UsageError(f"pytest --evolve cannot load the artifact: {exc}") from None
+        cache = None
+        verifier = None
+        try:
+            try:
+                cache = EvalCache(state_dir / "eval-cache.sqlite3")
+                initial = ledger.read_state(ledger.head("dev"))
+            except (RefusalError, EvalCacheError) as exc:
+                raise pytest.UsageError(f"pytest --evolve cannot start: {exc}") from None
+            verifier = self._verifier(plan, tree, base, backend, cache)
+            from agentdescent_core.sandbox.select import describe
+
+            self._out.sep(_TITLE)
+            self._proposer = "pytest_evolve_propose (" + ", ".join(implementations) + ")"
+            self._out.lines(header_lines(
+                plan, files=len(initial), sandbox=describe(backend, settings.network),
+                proposer=self._proposer,
+                base=self._base_line(plan, base), ledger=ledger_line,
+            ))
+            for note in [*plan.notes, *self.warnings]:
+                self._out.line(f"warning: {note}", yellow=True)
+            self._shown = len(self.warnings)
+            return self._evolve(plan, tree, ledger, verifier, initial, base, backend.name,
+                                state_dir)
+        finally:
+            if verifier is not None:
+                verifier.close()
+            if cache is not None:
+                cache.close()
+            ledger.close()
+
+    def _evolve(self, plan: EvolvePlan, tree: FileTree, ledger: Ledger,
+                verifier: SandboxedVerifier, initial: Mapping[str, str], base: str,
+                sandbox: str, state_dir: Path) -> bool:
+        from agentdescent_core.aggregator import AggregatorConfig
+        from agentdescent_core.errors import AgentDescentError
+        from agentdescent_core.loop.driver import describe as describe_error
+        from agentdescent_core.loop.result import EvolutionResult
+        from agentdescent_core.loop.verified import evolve_verified
+        from pytest_agentdescent.proposer import HookProposer
+
+        settings = self.settings
+        proposer = HookProposer(self.config, verifier, roots=plan.roots, train=plan.train,
+                                sources=plan.sources, seed=settings.seed)
+        agg_config = AggregatorConfig(repeats=settings.repeats,
+                                      promote_after=settings.promote_after)
+        progress = _Progress(self, proposer, total=settings.rounds)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            baseline, broken = self._baseline(verifier, initial, agg_config.base_repeats)
+            progress.previous = baseline
+            try:
+                if broken is not None:
+                    raise _BrokenBaseline(broken)
+                result = evolve_verified(
+                    verifier, ledger, tree, proposer, n_workers=settings.workers,
+                    rounds=settings.rounds, agg_config=agg_config,
+                    # nothing can beat a perfect reward: without a target, stop there
+                    target_reward=1.0 if settings.target is None else settings.target,
+                    patience=settings.patience,
+                    max_calls=settings.max_calls, seed=settings.seed, on_round=progress,
+                    artifact_id="+".join(plan.roots),
+                )
+            except (AgentDescentError, _BrokenBaseline) as exc:
+                result = EvolutionResult(
+                    rendered=tree.render(initial), state=dict(initial), final_reward=baseline,
+                    initial_reward=baseline, history=list(progress.history),
+                    error=str(exc) if isinstance(exc, _BrokenBaseline) else describe_error(exc),
+                    stop_reason="error",
+                )
+            split = verifier.split
+            tasks = list(dict.fromkeys((*split.train, *split.held_out, *split.guards)))
+            repeats = agg_config.base_repeats
+            before = _per_task(verifier, initial, tasks, repeats)
+            after = _per_task(verifier, result.state, tasks, repeats)
+        self.warnings.extend(dict.fromkeys(str(w.message) for w in caught
+                                           if not issubclass(w.category, DeprecationWarning)))
+        dry = settings.dry_run
+        dev = None if dry else _head(ledger, "dev")
+        stable = None if dry else _head(ledger, "stable")
+        from agentdescent_core.report import build_report, render_markdown
+
+        diff = evolved_diff(initial, result.state)
+        report = build_report(
+            result, split=split, before=before, after=after, dev=dev, stable=stable,
+            calls=proposer.calls, cost_usd=None, ledger=ledger,
+            extra={
+                "dry_run": dry,
+                "base": base,
+                "roots": list(plan.roots),
+                "subdir": plan.layout.subdir,
+                "sandbox": sandbox,
+                "proposer": self._proposer,
+                "network": settings.network,
+                "repeats": settings.repeats,
+                "seed": settings.seed,
+                "max_usd": settings.max_usd,
+                "branch_prefix": settings.branch_prefix,
+                "diff": "\n".join(diff),
+                "warnings": [*plan.notes, *self.warnings],
+            },
+        )
+        self.report = report
+        self.report_path = state_dir / "report.json"
+        self.report_path.write_text(json.dumps(report, indent=2, sort_keys=True,
+                                               ensure_ascii=False, default=str) + "\n",
+                                    encoding="utf-8")
+        (state_dir / "report.md").write_text(render_markdown(report), encoding="utf-8")
+        self.diff = diff if dry else []
+        self.config.hook.pytest_evolve_report(report=report)
+        return result.error is not None
+
+    # ---------------------------------------------------------------- parts
+
+    def _baseline(self, verifier: SandboxedVerifier, state: Mapping[str, str], repeats: int
+                  ) -> tuple[float | None, str | None]:
+        """The starting reward (the engine reuses the measurement), and why it is unusable.
+
+        When the unchanged artifact cannot even be evaluated — the tests do not
+        collect in the workspace, or running them changes frozen files — no
+        candidate could ever be judged, so the run ends at once saying why.
+        """
+        from agentdescent_core.errors import AgentDescentError
+
+        try:
+            reward = verifier.evaluate(state, verifier.split.eval_tasks, repeats).reward()
+        except AgentDescentError:
+            return None, None  # the engine retries and reports it in its own terms
+        problem = verifier.candidate_error(state)
+        if problem is not None:
+            return reward, (f"the tests do not run in the sandboxed workspace even with the "
+                            f"unchanged artifact, so no candidate can be judged: {problem}")
+        refusal = verifier.disqualification(state)
+        if refusal is not None:
+            return reward, (f"running the tests with the unchanged artifact already changes "
+                            f"frozen files, so every candidate would be disqualified: "
+                            f"{refusal.message}")
+        self._out.line(f"baseline  reward {reward:.3f}")
+        return reward, None
+
+    def _backend(self) -> Any:
+        from agentdescent_core.sandbox.select import get_backend
+
+        backend = get_backend(self.settings.sandbox)
+        reason = backend.unavailable_reason()
+        if reason is not None:
+            raise pytest.UsageError(
+                f"--evolve-sandbox {self.settings.sandbox}: the {backend.name} backend is not "
+                f"usable here ({reason}); install it, or choose another with --evolve-sandbox "
+                "(auto picks the strongest that works)"
+            )
+        if self.settings.network == "none" and backend.name == "local":
+            raise pytest.UsageError(
+                "--evolve-network none needs a sandbox that can cut the network, but the "
+                "sandbox is 'local'; use --evolve-sandbox bwrap or docker, or drop "
+                "--evolve-network none"
+            )
+        return backend
+
+    def _ledger(self, plan: EvolvePlan, tree: FileTree) -> tuple[Ledger, str, str]:
+        """The run's ledger, the base commit and the header line saying which ledger it is."""
+        from agentdescent_core.errors import LedgerError
+        from agentdescent_core.ledger.ledger import Ledger
+
+        settings = self.settings
+        prefix = settings.branch_prefix
+        try:
+            if settings.dry_run:
+                base = _resolve_head(plan.layout.root)
+                files = _files_at(plan.layout.root, base, tree)
+                scratch = Ledger.scratch(files, tree, prefix=prefix)
+                return scratch, base, ("ledger: dry run on a scratch repository; no ref of "
+                                       "this repository changes")
+            ledger = Ledger(plan.layout.root, tree, prefix=prefix)
+            try:
+                branches = ledger.ensure_branches("HEAD")
+            except BaseException:
+                ledger.close()
+                raise
+        except LedgerError as exc:
+            raise pytest.UsageError(f"pytest --evolve cannot use the repository: {exc}") from None
+        if branches.messages:
+            line = "ledger: " + "\n  ".join(branches.messages)
+        elif branches.resumed:
+            line = (f"ledger: resuming {ledger.dev_branch} at v{branches.dev_version} "
+                    f"({branches.dev[:12]})")
+        else:
+            line = f"ledger: created {', '.join(branches.created)} at the base"
+        return ledger, branches.base, line
+
+    def _verifier(self, plan: EvolvePlan, tree: FileTree, base: str, backend: Any,
+                  cache: Any) -> SandboxedVerifier:
+        from agentdescent_core.evaluation.sandboxed import SandboxedVerifier
+        from agentdescent_core.sandbox.local import SandboxSetupError
+
+        settings = self.settings
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                verifier = SandboxedVerifier(
+                    plan.layout.root, base, plan.split(), tree=tree, frozen=plan.frozen,
+                    backend=backend, cache=cache, env_allow=settings.env,
+                    network=settings.network,  # type: ignore[arg-type]
+                    test_timeout=settings.test_timeout,
+                    eval_concurrency=settings.eval_concurrency, subdir=plan.layout.subdir,
+                )
+            except SandboxSetupError as exc:
+                raise pytest.UsageError(str(exc)) from None
+            except ValueError as exc:
+                raise pytest.UsageError(f"pytest --evolve: {exc}") from None
+        self.warnings.extend(str(w.message) for w in caught)
+        return verifier
+
+    def _base_line(self, plan: EvolvePlan, base: str) -> str:
+        import git
+
+        try:
+            branch = git.Git(str(plan.layout.root)).execute(
+                ["git", "symbolic-ref", "--quiet", "--short", "HEAD"],
+                with_extended_output=False, with_exceptions=True)
+            where = str(branch).strip()
+        except git.GitCommandError:
+            where = "detached HEAD"
+        return f"{base[:12]} ({where})"
+
+    # ---------------------------------------------------------------- the end
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        report = self.report
+        if report is None or self.report_path is None:
+            return
+        out = self._out
+        if self.diff:
+            out.sep("evolved diff (dry run)", "-")
+            for line in self.diff:
+                out.line(line, green=line.startswith("+") and not line.startswith("+++"),
+                         red=line.startswith("-") and not line.startswith("---"))
+        elif self.settings.dry_run:
+            out.sep("evolved diff (dry run)", "-")
+            out.line("(no change)")
+        if self.warnings[self._shown:]:
+            out.sep("agentdescent warnings", "-")
+            for text in self.warnings[self._shown:]:
+                out.line(text, yellow=True)
+        improved = _improved(report)
+        failed = bool(report.get("error"))
+        out.sep("agentdescent summary", "-", red=failed, green=improved and not failed,
+                yellow=not improved and not failed)
+        root = self.plan.layout.root if self.plan is not None else Path.cwd()
+        try:
+            shown = self.report_path.relative_to(root).as_posix()
+        except ValueError:
+            shown = str(self.report_path)
+        out.lines(summary_lines(report, report_path=f"{shown} (and report.md)"))
+
+
+class _BrokenBaseline(Exception):
+    """The unchanged artifact cannot be evaluated; the message says why."""
+
+
+class _Progress:
+    """``on_round``: a terminal line and the ``pytest_evolve_round`` hook per round."""
+
+    def __init__(self, session: EvolveSession, proposer: HookProposer, *, total: int) -> None:
+        self._session = session
+        self._proposer = proposer
+        self._total = total
+        self._start = time.monotonic()
+        self._calls = 0
+        self.previous: float | None = None
+        self.history: list[RoundInfo] = []
+
+    def __call__(self, info: RoundInfo) -> None:
+        from pytest_agentdescent.hooks import RoundSummary
+
+        calls = self._proposer.calls
+        round_calls, self._calls = calls - self._calls, calls
+        self.history.append(info)
+        self._session._out.line(round_line(
+            info, total=self._total, previous=self.previous, calls=round_calls,
+            elapsed=time.monotonic() - self._start,
+        ), green=bool(info.merged))
+        if info.reward is not None:
+            self.previous = info.reward
+        self._session.config.hook.pytest_evolve_round(info=RoundSummary(
+            round=info.round, version=info.version, reward=info.reward,
+            accepted=bool(info.merged), outcomes=dict(info.reasons), calls=round_calls,
+            seconds=info.seconds,
+        ))
+
+
+# ---------------------------------------------------------------- helpers
+
+def _per_task(verifier: SandboxedVerifier, state: Mapping[str, str], tasks: Sequence[str],
+              repeats: int) -> dict[str, float]:
+    """Mean reward per task at ``state`` (mostly cache hits); {} when it cannot be measured."""
+    from agentdescent_core.errors import AgentDescentError
+
+    if not tasks:
+        return {}
+    try:
+        samples = verifier.evaluate(state, tasks, repeats)
+    except (AgentDescentError, RuntimeError, ValueError):
+        return {}
+    return {t: math.fsum(v) / len(v) for t, v in samples.rewards.items() if len(v)}
+
+
+def _head(ledger: Ledger, branch: str) -> str | None:
+    from agentdescent_core.errors import LedgerError
+
+    try:
+        return ledger.head(branch)
+    except LedgerError:
+        return None
+
+
+def _improved(report: Mapping[str, Any]) -> bool:
+    before, after = report.get("reward_before"), report.get("reward_after")
+    return isinstance(before, (int, float)) and isinstance(after, (int, float)) and after > before
+
+
+def _resolve_head(root: Path) -> str:
+    import git
+
+    try:
+        out = git.Git(str(root)).execute(["git", "rev-parse", "--verify", "HEAD^{commit}"],
+                                         with_extended_output=False, with_exceptions=True)
+    except git.GitCommandError:
+        raise pytest.UsageError(
+            f"the repository {root} has no commits yet, so there is nothing to evolve from; "
+            "commit your files first (git add -A && git commit -m 'initial')"
+        ) from None
+    return str(out).strip()
+
+
+def _files_at(root: Path, commit: str, tree: FileTree) -> dict[str, str]:
+    """The artifact files as committed at ``commit`` (what a dry run starts from)."""
+    import git
+
+    repo = git.Repo(str(root))
+    try:
+        return tree.load_git(repo.commit(commit).tree)
+    finally:
+        repo.close()
