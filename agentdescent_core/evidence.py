@@ -44,6 +44,8 @@ class MergeOutcome(str, enum.Enum):
     """The card targeted an artifact id the engine does not hold."""
     SECTION_VIOLATION = "section-violation"
     """Tensor parallelism: a worker edited a key outside its own section."""
+    SECRET = "secret"
+    """The proposal contains a secret (a token, a private key, a secret variable's value)."""
 
     def __str__(self) -> str:
         return self.value

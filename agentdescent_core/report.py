@@ -320,6 +320,20 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                         [[_cell(k), str(v)] for k, v in sorted(outcomes.items())])
     else:
         lines.append("No candidate reached the aggregator.")
+    model = report.get("model")
+    if isinstance(model, Mapping):
+        lines += ["", "## Model", ""]
+        cost = model.get("cost_usd")
+        lines += _table(
+            ["model", "calls", "input tokens", "output tokens", "cost (USD)", "replayed"],
+            [[_cell(model.get("spec", "?")), str(model.get("calls", 0)),
+              str(model.get("input_tokens", 0)), str(model.get("output_tokens", 0)),
+              "–" if cost is None else f"{float(cost):.4f}", str(model.get("cache_hits", 0))]],
+        )
+        refused = model.get("refused") or {}
+        if refused:
+            lines += ["", "Answers refused before evaluation: " + ", ".join(
+                f"{_cell(k)} ×{v}" for k, v in sorted(refused.items())) + "."]
     versions = report.get("versions") or []
     if versions:
         lines += ["", "## Accepted versions", ""]

@@ -10,7 +10,14 @@ holdout reward would stop measuring generalisation.
 A hook implementation that raises is a bug in the user's code: it becomes a
 :class:`~agentdescent_core.errors.ContractError` at once (the engine does not
 retry those) so the run ends with the hook's error instead of silently
-retrying the same crash every round.
+retrying the same crash every round.  The engine's own errors pass through as
+they are: a RefusalError (the answer is refused and counted by category), a
+BackendError (the model proposer's client already retried), the budget's stop.
+
+An answer may carry its reason: a mapping with a ``rationale`` attribute (such
+as :class:`Edits`, which the model proposer returns) keeps it on its way to
+the Diff, hence to the commit message and the report; a plain dict has none,
+so the hook contract stays ``{path: text or None}``.
 """
 
 from __future__ import annotations
@@ -24,17 +31,26 @@ from typing import Any
 
 import pytest
 
-from agentdescent_core.errors import ContractError
+from agentdescent_core.errors import AgentDescentError, ContractError
 from agentdescent_core.evaluation.records import TestRecord
 from agentdescent_core.evaluation.sandboxed import Observation, SandboxedVerifier, record_reward
 from agentdescent_core.loop.worker import ProposalSite
 from agentdescent_core.tasks import Task
 from pytest_agentdescent.hooks import Failure, ProposeContext
 
-__all__ = ["HookProposer", "hook_implementations", "missing_proposer_message"]
+__all__ = ["Edits", "HookProposer", "hook_implementations", "missing_proposer_message"]
 
 #: The last lines of a hook's traceback worth showing in the error.
 _TRACE_LINES = 12
+
+
+class Edits(dict[str, "str | None"]):
+    """A hook answer ``{path: text or None}`` that also says why (``rationale``)."""
+
+    def __init__(self, ops: Mapping[str, str | None] | None = None, /, *,
+                 rationale: str = "") -> None:
+        super().__init__(ops or {})
+        self.rationale = rationale
 
 
 def hook_implementations(config: pytest.Config) -> list[str]:
@@ -55,8 +71,8 @@ def hook_implementations(config: pytest.Config) -> list[str]:
 def missing_proposer_message() -> str:
     return (
         "pytest --evolve has no proposer: implement pytest_evolve_propose in conftest.py "
-        "(or --evolve-model once available). The hook gets a ProposeContext with the "
-        "artifact files and the failing train tests (message, output, source) and returns "
+        "or give a model with --evolve-model PROVIDER:MODEL. The hook gets a ProposeContext "
+        "with the artifact files and the failing train tests (message, output, source) and returns "
         "{repo-relative path: new text or None to delete}."
     )
 
@@ -70,6 +86,9 @@ class HookProposer:
     """
 
     wants_site = True
+    #: The engine calls it once per attempt: a hook's error is never retried, and the
+    #: model proposer's client has already retried with backoff.
+    retries_itself = True
 
     def __init__(
         self,
@@ -112,6 +131,8 @@ class HookProposer:
             self._calls += 1
         try:
             answer = self._config.hook.pytest_evolve_propose(context=context)
+        except AgentDescentError:
+            raise  # a refusal, a dead backend or the budget's stop: the engine's vocabulary
         except Exception as exc:
             lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
             tail = "".join(lines[-_TRACE_LINES:]).rstrip()
@@ -174,4 +195,7 @@ def _checked(answer: object) -> dict[str, str | None] | None:
                 "repo-relative paths (str) and values the new text (str) or None to delete"
             )
         edits[path] = text
-    return edits or None
+    if not edits:
+        return None
+    rationale = getattr(answer, "rationale", "")
+    return Edits(edits, rationale=rationale if isinstance(rationale, str) else "")

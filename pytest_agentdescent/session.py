@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from agentdescent_core.evaluation.sandboxed import SandboxedVerifier
     from agentdescent_core.ledger.ledger import Ledger
     from agentdescent_core.loop.result import RoundInfo
+    from pytest_agentdescent.model_proposer import ModelProposer
     from pytest_agentdescent.proposer import HookProposer
 
 __all__ = ["EvolveSession"]
@@ -62,12 +63,7 @@ class EvolveSession:
     """The controller plugin of one ``pytest --evolve`` run (``agentdescent-session``)."""
 
     def __init__(self, config: pytest.Config, settings: EvolveSettings) -> None:
-        if settings.model is not None:
-            raise pytest.UsageError(
-                f"--evolve-model {settings.model} is not available yet (the model proposer "
-                "arrives in a later release); what works today is a pytest_evolve_propose "
-                "hook in conftest.py: drop --evolve-model and implement it"
-            )
+        self._model_setup = _model_setup(settings) if settings.model is not None else None
         if settings.pr:
             raise pytest.UsageError(
                 "--evolve-pr is not available yet; the evolved version is on the "
@@ -82,6 +78,7 @@ class EvolveSession:
         self.warnings: list[str] = []
         self._shown = 0  # warnings already printed in the header
         self._proposer = ""
+        self._model: ModelProposer | None = None
         self._out = Out(config)
 
     # ---------------------------------------------------------------- collection
@@ -129,15 +126,24 @@ class EvolveSession:
 
         settings = self.settings
         implementations = hook_implementations(self.config)
-        if not implementations:
+        if not implementations and self._model_setup is None:
             raise pytest.UsageError(missing_proposer_message())
         backend = self._backend()
         state_dir = ensure_state_dir(plan.layout, settings.state_dir)
         try:
             tree = FileTree(plan.roots, frozen=plan.frozen, repo_root=plan.layout.root)
-            ledger, base, ledger_line = self._ledger(plan, tree)
         except RefusalError as exc:
             raise pytest.UsageError(f"pytest --evolve cannot load the artifact: {exc}") from None
+        if self._model_setup is not None:
+            self._model = self._start_model(plan, tree, state_dir)
+        try:
+            ledger, base, ledger_line = self._ledger(plan, tree)
+        except RefusalError as exc:
+            self._stop_model()
+            raise pytest.UsageError(f"pytest --evolve cannot load the artifact: {exc}") from None
+        except BaseException:
+            self._stop_model()
+            raise
         cache = None
         verifier = None
         try:
@@ -150,7 +156,7 @@ class EvolveSession:
             from agentdescent_core.sandbox.select import describe
 
             self._out.sep(_TITLE)
-            self._proposer = "pytest_evolve_propose (" + ", ".join(implementations) + ")"
+            self._proposer = _proposer_line(implementations, self._model)
             self._out.lines(header_lines(
                 plan, files=len(initial), sandbox=describe(backend, settings.network),
                 proposer=self._proposer,
@@ -167,6 +173,56 @@ class EvolveSession:
             if cache is not None:
                 cache.close()
             ledger.close()
+            self._stop_model()
+
+    def _start_model(self, plan: EvolvePlan, tree: FileTree, state_dir: Path) -> ModelProposer:
+        """The model proposer, registered after every conftest hook (it is ``trylast``)."""
+        from agentdescent_core.errors import AgentDescentError
+        from agentdescent_core.proposers.guardrails import Guardrails
+        from agentdescent_core.proposers.llm_cache import LLMCache
+        from agentdescent_core.proposers.models import ModelClient
+        from pytest_agentdescent.model_proposer import (
+            PLUGIN_NAME,
+            ModelProposer,
+            frozen_description,
+        )
+
+        setup = self._model_setup
+        assert setup is not None
+        settings = self.settings
+        cache = None
+        if settings.llm_cache != "off":
+            try:
+                cache = LLMCache(state_dir / "llm-cache.sqlite3",
+                                 settings.llm_cache)  # type: ignore[arg-type]
+            except (AgentDescentError, OSError, ValueError) as exc:
+                text = str(exc)
+                prefix = f"--evolve-llm-cache {settings.llm_cache}: "
+                raise pytest.UsageError(text if text.startswith(prefix) else prefix + text
+                                        ) from None
+        try:
+            client = ModelClient(setup.spec, prices=setup.prices, cache=cache)
+        except Exception as exc:
+            if cache is not None:
+                cache.close()
+            raise pytest.UsageError(f"--evolve-model {setup.spec}: {exc}") from None
+        model = ModelProposer(
+            client, spec=str(setup.spec), tree=tree,
+            guardrails=Guardrails(script_policy=settings.script_policy,  # type: ignore[arg-type]
+                                  violation_limit=settings.violation_limit),
+            templates=setup.templates, frozen=frozen_description(settings.frozen),
+            max_usd=settings.max_usd, cache=cache,
+        )
+        self.config.pluginmanager.register(model, PLUGIN_NAME)
+        return model
+
+    def _stop_model(self) -> None:
+        model = self._model
+        if model is None:
+            return
+        if self.config.pluginmanager.is_registered(model):
+            self.config.pluginmanager.unregister(model)
+        model.close()
 
     def _evolve(self, plan: EvolvePlan, tree: FileTree, ledger: Ledger,
                 verifier: SandboxedVerifier, initial: Mapping[str, str], base: str,
@@ -183,7 +239,7 @@ class EvolveSession:
                                 sources=plan.sources, seed=settings.seed)
         agg_config = AggregatorConfig(repeats=settings.repeats,
                                       promote_after=settings.promote_after)
-        progress = _Progress(self, proposer, total=settings.rounds)
+        progress = _Progress(self, proposer, total=settings.rounds, model=self._model)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             baseline, broken = self._baseline(verifier, initial, agg_config.base_repeats)
@@ -201,11 +257,20 @@ class EvolveSession:
                     artifact_id="+".join(plan.roots),
                 )
             except (AgentDescentError, _BrokenBaseline) as exc:
+                from pytest_agentdescent.model_proposer import ProposerStopped
+
+                if isinstance(exc, _BrokenBaseline):
+                    error = str(exc)
+                elif isinstance(exc, ProposerStopped):
+                    error = exc.error
+                else:
+                    error = describe_error(exc)
+                # versions accepted before the error stay on dev: report from there
+                reached = _dev_state(ledger) or dict(initial)
                 result = EvolutionResult(
-                    rendered=tree.render(initial), state=dict(initial), final_reward=baseline,
+                    rendered=tree.render(reached), state=reached, final_reward=baseline,
                     initial_reward=baseline, history=list(progress.history),
-                    error=str(exc) if isinstance(exc, _BrokenBaseline) else describe_error(exc),
-                    stop_reason="error",
+                    error=error, stop_reason="error",
                 )
             split = verifier.split
             tasks = list(dict.fromkeys((*split.train, *split.held_out, *split.guards)))
@@ -220,10 +285,13 @@ class EvolveSession:
         from agentdescent_core.report import build_report, render_markdown
 
         diff = evolved_diff(initial, result.state)
+        model = self._model
         report = build_report(
             result, split=split, before=before, after=after, dev=dev, stable=stable,
-            calls=proposer.calls, cost_usd=None, ledger=ledger,
+            calls=proposer.calls, cost_usd=model.client.cost_usd if model else None,
+            ledger=ledger,
             extra={
+                "model": model.report() if model is not None else None,
                 "dry_run": dry,
                 "base": base,
                 "roots": list(plan.roots),
@@ -401,8 +469,10 @@ class _BrokenBaseline(Exception):
 class _Progress:
     """``on_round``: a terminal line and the ``pytest_evolve_round`` hook per round."""
 
-    def __init__(self, session: EvolveSession, proposer: HookProposer, *, total: int) -> None:
+    def __init__(self, session: EvolveSession, proposer: HookProposer, *, total: int,
+                 model: ModelProposer | None = None) -> None:
         self._session = session
+        self._model = model
         self._proposer = proposer
         self._total = total
         self._start = time.monotonic()
@@ -416,6 +486,8 @@ class _Progress:
         calls = self._proposer.calls
         round_calls, self._calls = calls - self._calls, calls
         self.history.append(info)
+        if self._model is not None:
+            self._model.observe_round(info)
         self._session._out.line(round_line(
             info, total=self._total, previous=self.previous, calls=round_calls,
             elapsed=time.monotonic() - self._start,
@@ -430,6 +502,66 @@ class _Progress:
 
 
 # ---------------------------------------------------------------- helpers
+
+class _ModelSetup:
+    """What ``--evolve-model`` needs, checked before anything runs (usage errors)."""
+
+    def __init__(self, spec: Any, prices: Any, templates: Any) -> None:
+        self.spec = spec
+        self.prices = prices
+        self.templates = templates
+
+
+def _model_setup(settings: EvolveSettings) -> _ModelSetup:
+    """Parse the model spec, check its key, prices and prompt template, or raise UsageError."""
+    from agentdescent_core.proposers.models import missing_key, parse_model_spec
+    from agentdescent_core.proposers.pricing import PriceTable
+    from agentdescent_core.proposers.reflector import load_templates
+
+    assert settings.model is not None
+    try:
+        spec = parse_model_spec(settings.model)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--evolve-model: {exc}") from None
+    # A replay answers from the recording: no request reaches the provider.
+    variable = None if settings.llm_cache == "replay" else missing_key(spec)
+    if variable is not None:
+        raise pytest.UsageError(
+            f"--evolve-model {spec} needs {variable}: export {variable}=... (the {spec.provider} "
+            f"SDK reads it)"
+            + ("; or point OPENAI_BASE_URL at an OpenAI-compatible local server such as Ollama"
+               if spec.provider == "openai" else "")
+        )
+    prices = PriceTable().with_overrides({m: (a, b) for m, a, b in settings.prices})
+    if settings.max_usd is not None and prices.price(spec.model) is None:
+        raise pytest.UsageError(
+            f"--evolve-max-usd {settings.max_usd} cannot be enforced: the model {spec.model!r} "
+            f"has no price; add a line '{spec.model} = INPUT_USD OUTPUT_USD' (per million "
+            "tokens) to the evolve_prices ini key, or drop --evolve-max-usd"
+        )
+    try:
+        templates = load_templates(settings.prompt)
+    except (ValueError, OSError) as exc:
+        raise pytest.UsageError(f"ini evolve_prompt: {exc}") from None
+    return _ModelSetup(spec, prices, templates)
+
+
+def _proposer_line(implementations: Sequence[str], model: ModelProposer | None) -> str:
+    parts = []
+    if implementations:
+        parts.append("pytest_evolve_propose (" + ", ".join(implementations) + ")")
+    if model is not None:
+        parts.append(f"model {model.spec} at {model.client.endpoint}")
+    return ", then ".join(parts)
+
+
+def _dev_state(ledger: Ledger) -> dict[str, str] | None:
+    from agentdescent_core.errors import LedgerError
+
+    try:
+        return dict(ledger.read_state(ledger.head("dev")))
+    except LedgerError:
+        return None
 
 def _per_task(verifier: SandboxedVerifier, state: Mapping[str, str], tasks: Sequence[str],
               repeats: int) -> dict[str, float]:

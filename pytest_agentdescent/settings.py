@@ -30,7 +30,9 @@ __all__ = [
     "DEFAULT_REPEATS",
     "GROUP",
     "KNOBS",
+    "LLM_CACHE_MODES",
     "MODEL_PROVIDERS",
+    "SCRIPT_POLICIES",
     "SETTINGS_KEY",
     "EvolveSettings",
     "Knob",
@@ -47,6 +49,10 @@ GROUP = "agentdescent"
 DEFAULT_REPEATS = 2
 
 MODEL_PROVIDERS: tuple[str, ...] = ("anthropic", "openai")
+
+LLM_CACHE_MODES: tuple[str, ...] = ("off", "record", "replay")
+
+SCRIPT_POLICIES: tuple[str, ...] = ("warn", "reject")
 
 _DEFAULT_PREFIX = "agentdescent/"
 
@@ -84,6 +90,11 @@ class EvolveSettings:
     env: tuple[str, ...] = DEFAULT_ENV_ALLOWLIST
     test_timeout: float = 60.0
     eval_concurrency: int = 1
+    llm_cache: str = "off"
+    prompt: str | None = None
+    script_policy: str = "warn"
+    violation_limit: int = 3
+    prices: tuple[tuple[str, float, float], ...] = ()
 
     @property
     def enabled(self) -> bool:
@@ -205,6 +216,24 @@ def _strings(raw: object) -> tuple[str, ...]:
         if text and text not in out:
             out.append(text)
     return tuple(out)
+
+
+def _prices(raw: object) -> tuple[tuple[str, float, float], ...]:
+    """``MODEL = INPUT_USD OUTPUT_USD`` per line (US dollars per million tokens)."""
+    out: dict[str, tuple[float, float]] = {}
+    for line in _strings(raw):
+        model, sep, numbers = line.partition("=")
+        parts = numbers.split()
+        if not sep or not model.strip() or len(parts) != 2:
+            raise ValueError(line)
+        try:
+            values = (float(parts[0]), float(parts[1]))
+        except ValueError:
+            raise ValueError(line) from None
+        if not all(math.isfinite(v) and v >= 0 for v in values):
+            raise ValueError(line)
+        out[model.strip()] = values
+    return tuple((model, low, high) for model, (low, high) in out.items())
 
 
 def _env(raw: object) -> tuple[str, ...]:
@@ -334,6 +363,27 @@ KNOBS: tuple[Knob, ...] = (
     Knob("eval_concurrency", None, "evolve_eval_concurrency", "value", _INT,
          "an integer >= 1", _int_at_least(1),
          "Child pytest processes that evaluate candidates at the same time (default 1)."),
+    Knob("llm_cache", "--evolve-llm-cache", "evolve_llm_cache", "value", "string",
+         "one of " + "|".join(LLM_CACHE_MODES), _choice(LLM_CACHE_MODES),
+         "Model call cache in the state dir: record (store every answer), replay (answer "
+         "from the store only; a missing entry is an error) or off (default).",
+         "|".join(LLM_CACHE_MODES)),
+    Knob("prompt", None, "evolve_prompt", "value", "string",
+         "an existing template file or folder", _text,
+         "The reflector's prompt template: a file replacing the user template, or a folder "
+         "with system.txt and/or user.txt (default: the packaged templates)."),
+    Knob("script_policy", None, "evolve_script_policy", "value", "string",
+         "one of " + "|".join(SCRIPT_POLICIES), _choice(SCRIPT_POLICIES),
+         "What to do with a proposed script that calls eval/exec, spawns processes or opens "
+         "sockets: warn (default) or reject."),
+    Knob("violation_limit", None, "evolve_violation_limit", "value", _INT,
+         "an integer >= 1", _int_at_least(1),
+         "Critical guardrail violations (such as a secret in a proposal) after which the run "
+         "stops (default 3)."),
+    Knob("prices", None, "evolve_prices", "value", "linelist",
+         "lines 'MODEL = INPUT_USD OUTPUT_USD' (US dollars per million tokens)", _prices,
+         "Model prices overriding the built-in table, one 'MODEL = INPUT_USD OUTPUT_USD' line "
+         "per model (US dollars per million input / output tokens)."),
 )
 
 _DEFAULTS = EvolveSettings()
@@ -384,7 +434,9 @@ def _fail(knob: Knob, raw: object, *, from_ini: bool, detail: str = "") -> pytes
 def _ini_value(config: pytest.Config, knob: Knob) -> object:
     try:
         return config.getini(knob.ini)
-    except (ValueError, TypeError) as exc:  # pytest's own coercion of the ini text failed
+    # pytest's own coercion of the ini text failed: a ValueError before pytest 9.2,
+    # a UsageError naming neither the key nor the rule since.
+    except (ValueError, TypeError, pytest.UsageError) as exc:
         who = f"ini {knob.ini} (the ini key of {knob.option})" if knob.option else f"ini {knob.ini}"
         raise pytest.UsageError(f"{who} must be {knob.rule}: {exc}") from exc
 
@@ -419,6 +471,17 @@ def _read(config: pytest.Config, knob: Knob) -> Any:
         ini = _ini_value(config, knob)
         given = list(ini) if ini else []  # type: ignore[call-overload]
         return _paths(knob, given, _ini_base(config), from_ini=True)
+    if knob.field == "prompt":
+        ini_raw = None if knob.option else _ini_value(config, knob)
+        if not ini_raw:
+            return None
+        path = Path(str(ini_raw).strip()).expanduser()
+        resolved = path if path.is_absolute() else _ini_base(config) / path
+        if not resolved.exists():
+            raise _fail(knob, ini_raw, from_ini=True,
+                        detail=f"{resolved} does not exist; give the template file (or folder "
+                               "with system.txt / user.txt) relative to the ini file")
+        return str(resolved.resolve())
     if knob.field == "frozen":
         merged = [*(_ini_value(config, knob) or []), *(cli or [])]  # type: ignore[misc]
         try:

@@ -141,6 +141,30 @@ def test_ini_fallback_for_every_key(pytester: pytest.Pytester) -> None:
     )
 
 
+def test_model_keys_from_the_ini(pytester: pytest.Pytester) -> None:
+    (pytester.path / "prompts").mkdir()
+    (pytester.path / "prompts" / "user.txt").write_text("${failures}\n")
+    pytester.makeini(
+        """
+        [pytest]
+        evolve_llm_cache = replay
+        evolve_prompt = prompts/user.txt
+        evolve_script_policy = reject
+        evolve_violation_limit = 5
+        evolve_prices =
+            my-local-model = 0 0
+            gpt-x = 1.5 6
+        """
+    )
+    settings = settings_of(pytester)
+    assert settings.llm_cache == "replay"
+    assert settings.prompt == str(pytester.path / "prompts" / "user.txt")
+    assert settings.script_policy == "reject"
+    assert settings.violation_limit == 5
+    assert settings.prices == (("my-local-model", 0.0, 0.0), ("gpt-x", 1.5, 6.0))
+    assert settings_of(pytester, "--evolve-llm-cache", "off").llm_cache == "off"
+
+
 def test_command_line_wins_over_ini(pytester: pytest.Pytester) -> None:
     (pytester.path / "skills").mkdir()
     (pytester.path / "other").mkdir()
@@ -229,6 +253,8 @@ def test_settings_are_read_once_and_cached(pytester: pytest.Pytester) -> None:
          "--evolve-branch-prefix must be a valid branch prefix"),
         (("--evolve", "missing/"), "--evolve must be an existing file or directory, "
                                    "got 'missing/' (ini evolve_paths)"),
+        (("--evolve-llm-cache", "always"),
+         "--evolve-llm-cache must be one of off|record|replay, got 'always'"),
     ],
 )
 def test_bad_command_line_values(
@@ -251,6 +277,14 @@ def test_bad_command_line_values(
                                  "an integer >= 0"),
         ("evolve_dry_run = perhaps", "ini evolve_dry_run (the ini key of --evolve-dry-run)"),
         ("evolve_env = GITHUB_TOKEN", "GITHUB_TOKEN is a credential that is never passed"),
+        ("evolve_script_policy = ignore", "ini evolve_script_policy must be one of warn|reject"),
+        ("evolve_violation_limit = 0", "ini evolve_violation_limit must be an integer >= 1"),
+        ("evolve_prices = gpt-x = 1", "ini evolve_prices must be lines 'MODEL = INPUT_USD "
+                                      "OUTPUT_USD'"),
+        ("evolve_prices = gpt-x = 1 -2", "got"),
+        ("evolve_prompt = nowhere.txt", "ini evolve_prompt must be an existing template file"),
+        ("evolve_llm_cache = on",
+         "ini evolve_llm_cache (the ini key of --evolve-llm-cache) must be one of off|record"),
     ],
 )
 def test_bad_ini_values(pytester: pytest.Pytester, line: str, expected: str) -> None:

@@ -176,3 +176,17 @@ def test_task_rewards_measures_every_task_and_guard_through_the_verifier() -> No
         assert verifier.evaluations == spent
     finally:
         verifier.close()
+
+
+def test_markdown_shows_the_model_section_only_when_a_model_proposed() -> None:
+    assert "## Model" not in render_markdown(make())
+    report = build_report(result(), split=SPLIT, before=BEFORE, after=AFTER, dev=None,
+                          stable=None, calls=3, cost_usd=0.0123,
+                          extra={"model": {"spec": "openai:test-model", "calls": 3,
+                                           "input_tokens": 1200, "output_tokens": 300,
+                                           "cost_usd": 0.0123, "cache_hits": 1,
+                                           "refused": {"secret": 1, "invalid-proposal": 2}}})
+    text = render_markdown(report)
+    assert "## Model" in text
+    assert "| openai:test-model | 3 | 1200 | 300 | 0.0123 | 1 |" in text
+    assert "invalid-proposal ×2, secret ×1" in text

@@ -186,17 +186,20 @@ def test_no_proposer_is_a_usage_error_saying_what_to_implement(
     result = pytester.runpytest("--evolve", "skills", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*implement pytest_evolve_propose in conftest.py "
-                                 "(or --evolve-model once available)*"])
+                                 "or give a model with --evolve-model*"])
     assert refs(agent_repo) == before
 
 
-def test_model_is_refused_until_the_reflector_lands(
-        pytester: pytest.Pytester, agent_repo: Path) -> None:
+def test_a_model_without_its_key_is_a_usage_error_naming_the_variable(
+        pytester: pytest.Pytester, agent_repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    before = refs(agent_repo)
     result = pytester.runpytest("--evolve", "skills", "--evolve-model", "openai:gpt-x",
                                 "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--evolve-model openai:gpt-x is not available yet*"
-                                 "pytest_evolve_propose*"])
+    result.stderr.fnmatch_lines(["*--evolve-model openai:gpt-x needs OPENAI_API_KEY*"])
+    assert refs(agent_repo) == before
 
 
 def test_no_marked_test_is_a_usage_error(pytester: pytest.Pytester) -> None:

@@ -21,7 +21,8 @@ from agentdescent_core.evidence import MergeReport
 __all__ = ["STOP_REASONS", "EvolutionResult", "RoundInfo", "round_info"]
 
 STOP_REASONS = (
-    "target_reward", "patience", "rounds", "max_seconds", "max_calls", "max_iters", "error",
+    "target_reward", "patience", "rounds", "max_seconds", "max_calls", "max_usd", "max_iters",
+    "error",
 )
 
 

@@ -12,14 +12,19 @@ where it is being called from — ``site=ProposalSite(round, worker, version)``
 as a keyword argument — which is what a proposer needs to seed its own
 randomness per call or to show "round 3, worker-1" to a person; without the
 attribute the classic four-argument call is kept, so existing callables work
-unchanged.
+unchanged.  A ``propose`` whose ``retries_itself`` attribute is true (a model
+client that already retried with backoff, honouring ``retry-after``) is called
+once per attempt: retrying it here would multiply its own retries.
 
 Failure handling follows the three categories: a ContractError (the caller's
-code is wrong) and the budget's stop propagate; a proposal the strategy
-refuses becomes a MergeReport with the refusal's category (counted in the
-round's reasons, like any other merge decision); a backend failure after the
-retries is returned as the unit's ``error`` so the driver's tolerance rule
-decides what it means.
+code is wrong) and the budget's stop propagate — ``propose`` may raise
+BudgetExhausted itself (a proposer with its own spend cap); a proposal the
+strategy refuses becomes a MergeReport with the refusal's category (counted in
+the round's reasons, like any other merge decision), and so does a
+RefusalError raised by ``propose`` (a model answer that is not a valid edit,
+or one carrying a secret), which also ends the unit — never retried, since
+asking again is a new proposal, not a retry; a backend failure after the retries is returned as the
+unit's ``error`` so the driver's tolerance rule decides what it means.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from agentdescent_core.evaluation.callable import (
 )
 from agentdescent_core.evaluation.protocol import TaskSplit
 from agentdescent_core.evidence import EvidenceCard, MergeReport
-from agentdescent_core.loop.budget import Budget
+from agentdescent_core.loop.budget import Budget, BudgetExhausted
 from agentdescent_core.loop.parallel import Shard
 from agentdescent_core.loop.sampling import TaskSampler
 from agentdescent_core.stats.samples import TaskSamples
@@ -266,12 +271,44 @@ def _check_proposal(proposal: object, propose: object, task_id: str) -> None:
 
 
 def _rationale(proposal: object) -> str:
+    carried = getattr(proposal, "rationale", None)  # a proposal object that carries its why
+    if isinstance(carried, str) and carried.strip():
+        return carried.strip()[:2000]
     if isinstance(proposal, str):
         return proposal.strip()[:500]
     if isinstance(proposal, Mapping):
         text = proposal.get("rationale") if "rationale" in proposal else None
         return str(text)[:500] if text else ""
     return ""
+
+
+@dataclass(frozen=True)
+class _Answer:
+    value: Any
+
+
+@dataclass(frozen=True)
+class _Raised:
+    exc: RefusalError | BudgetExhausted
+
+
+def _shielded(call: Callable[[], Any]) -> _Answer | _Raised:
+    """``call()`` with a refusal or a budget stop carried out of the retry loop as a value."""
+    try:
+        return _Answer(call())
+    except (RefusalError, BudgetExhausted) as exc:
+        return _Raised(exc)
+
+
+def _refused(ctx: WorkerContext, name: str, task_id: str, refusal: RefusalError,
+             by: str) -> MergeReport:
+    where = "by the proposer" if by == "proposer" else "before merging"
+    return MergeReport(
+        ctx.artifact_id, refusal.category,
+        f"{name}'s proposal for task {task_id!r} was refused {where} "
+        f"({refusal.code}): {refusal.message}",
+        considered=1, extra={"code": refusal.code, "refused_by": by},
+    )
 
 
 def work_unit(
@@ -308,12 +345,21 @@ def work_unit(
             if wants_site(ctx.actor.propose):
                 call = functools.partial(call, site=ProposalSite(round_index, name,
                                                                  snapshot.version))
-            proposal = call_with_retries(
-                call,
+            retries = 0 if getattr(ctx.actor.propose, "retries_itself", False) else ctx.retries
+            answer = call_with_retries(
+                functools.partial(_shielded, call),
                 what=f"propose {callable_name(ctx.actor.propose)} on task {task_id!r}",
-                retries=ctx.retries, backoff=ctx.backoff, on_attempt=ctx.budget.charge_propose,
+                retries=retries, backoff=ctx.backoff, on_attempt=ctx.budget.charge_propose,
             )
             result.proposals += 1
+            if isinstance(answer, _Raised):
+                if isinstance(answer.exc, RefusalError):
+                    # the refused answer was this unit's proposal: one call per unit, so a
+                    # model that keeps answering badly cannot burn a call per failing task
+                    result.reports.append(_refused(ctx, name, task_id, answer.exc, "proposer"))
+                    return result
+                raise answer.exc
+            proposal = answer.value
             if proposal is None:
                 continue
             _check_proposal(proposal, ctx.actor.propose, task_id)
@@ -321,12 +367,7 @@ def work_unit(
                 diff = ctx.strategy.to_diff(state, proposal, name, snapshot.version,
                                             ctx.artifact_id)
             except RefusalError as refusal:
-                result.reports.append(MergeReport(
-                    ctx.artifact_id, refusal.category,
-                    f"{name}'s proposal for task {task_id!r} was refused before merging "
-                    f"({refusal.code}): {refusal.message}",
-                    considered=1,
-                ))
+                result.reports.append(_refused(ctx, name, task_id, refusal, "strategy"))
                 continue
             if diff is None:
                 continue  # the artifact already says this

@@ -1,0 +1,391 @@
+"""``--evolve-model``: a model that answers ``pytest_evolve_propose`` when no hook does.
+
+The model proposer is an ordinary implementation of the hook, registered
+``trylast``: a conftest hook is asked first and the model answers only when it
+returns None — one mechanism, no special case.  One call goes:
+
+    reflector prompt -> ModelClient.complete -> parse_edit_answer
+        -> FileTree.validate_ops -> Guardrails.check -> Edits(ops, rationale)
+
+Anything wrong with the answer raises the RefusalError the step gave (no JSON,
+a search that does not match, a frozen path, a secret ...); the engine counts
+it by category like any other merge decision, and the proposer remembers it
+per task so the next prompt for those tasks shows what was tried and why it
+failed.  Proposals the aggregator turns down later (below threshold, a guard,
+a disqualification) are matched back from the round's messages by the
+candidate key (``diff <key8> by worker-N``) or the worker's name, and are
+remembered the same way.
+
+When to stop instead of going on: the model endpoint failing before it ever
+answered (a wrong base URL, a dead server) ends the run at once with the error
+naming the endpoint — nothing suggests it will come back; after a first
+answer a failure costs that proposal only.  The guardrails' violation limit
+ends the run with their reason.  ``--evolve-max-usd`` raises the budget's stop
+before a call that would take the cost past it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import threading
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from agentdescent_core.errors import BackendError, ContractError, RefusalError
+from agentdescent_core.loop.budget import BudgetExhausted
+from agentdescent_core.proposers.reflector import (
+    DEFAULT_BUDGET,
+    FailureInfo,
+    PromptInputs,
+    PromptTemplates,
+    RejectedProposal,
+    build_prompt,
+)
+from pytest_agentdescent.hooks import ProposeContext
+from pytest_agentdescent.proposer import Edits
+
+if TYPE_CHECKING:
+    from agentdescent_core.artifacts.filetree import FileTree
+    from agentdescent_core.loop.result import RoundInfo
+    from agentdescent_core.proposers.guardrails import Guardrails
+    from agentdescent_core.proposers.llm_cache import LLMCache
+    from agentdescent_core.proposers.models import Completion, ModelClient
+
+__all__ = ["PLUGIN_NAME", "ModelProposer", "ProposerStopped", "frozen_description"]
+
+PLUGIN_NAME = "agentdescent-model"
+
+#: A first call is priced from the prompt (about 4 characters a token) and this many
+#: output tokens; later calls from the most expensive call so far.
+_FIRST_OUTPUT_TOKENS = 1024
+_SUMMARY_LINES = 12
+_KEEP_PER_TASK = 6
+_LABEL = re.compile(r"^(?:diff|fused) [0-9a-f]{8} by [^:]+: ")
+
+
+class ProposerStopped(ContractError):
+    """The run must end now (a dead model endpoint, tripped guardrails); never retried.
+
+    A ContractError so the engine neither retries it nor lets a worker swallow
+    it; ``kind`` is how the report's ``error`` names it (``BackendError``,
+    ``Guardrails``).
+    """
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+    @property
+    def error(self) -> str:
+        return f"{self.kind}: {self}"
+
+
+def frozen_description(patterns: Sequence[str]) -> str:
+    """The "Frozen" line of the prompt: what is always frozen, plus the project's globs."""
+    text = ("test modules, conftest.py, configuration files and everything outside the "
+            "artifact roots")
+    if patterns:
+        text += "; inside the roots also " + ", ".join(patterns)
+    return text
+
+
+@dataclass
+class _Pending:
+    """A proposal handed to the engine whose fate the round will tell."""
+
+    round: int
+    worker: str
+    tasks: tuple[str, ...]
+    key: str
+    summary: str
+
+
+@dataclass
+class _Books:
+    calls: int = 0
+    max_call_cost: float = 0.0
+    refused: dict[str, int] = field(default_factory=dict)
+    proposals: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+class ModelProposer:
+    """The ``pytest_evolve_propose`` implementation of ``--evolve-model`` (one per run)."""
+
+    def __init__(
+        self,
+        client: ModelClient,
+        *,
+        spec: str,
+        tree: FileTree,
+        guardrails: Guardrails,
+        templates: PromptTemplates,
+        frozen: str,
+        max_usd: float | None = None,
+        cache: LLMCache | None = None,
+        budget_chars: int = DEFAULT_BUDGET,
+    ) -> None:
+        self.client = client
+        self.spec = spec
+        self._tree = tree
+        self._guardrails = guardrails
+        self._templates = templates
+        self._frozen = frozen
+        self._max_usd = max_usd
+        self._cache = cache
+        self._budget_chars = budget_chars
+        self._lock = threading.Lock()
+        self._succeeded = False
+        self._books = _Books()
+        self._rejected: dict[str, list[RejectedProposal]] = {}
+        self._pending: list[_Pending] = []
+
+    # ---------------------------------------------------------------- the hook
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_evolve_propose(self, context: ProposeContext) -> Edits | None:
+        if not context.failures:
+            return None
+        tasks = tuple(f.nodeid for f in context.failures)
+        system, user = build_prompt(PromptInputs(
+            files=context.files,
+            roots=context.roots,
+            failures=[FailureInfo(f.nodeid, f.message, f.output, f.source)
+                      for f in context.failures],
+            frozen=self._frozen,
+            rejected=self.rejected_for(tasks),
+            budget=self._budget_chars,
+        ), self._templates)
+        self._check_spend(system, user)
+        completion = self._complete(system, user)
+        ops: Mapping[str, str | None] = {}
+        rationale = ""
+        try:
+            from agentdescent_core.proposers.protocol import parse_edit_answer
+
+            proposal = parse_edit_answer(completion.text, context.files)
+            rationale, ops = proposal.rationale, proposal.ops
+            ops = self._tree.validate_ops(ops)
+            # What the files already hold is not the proposal's doing (base=).
+            for finding in self._guardrails.check(ops, base=context.files):
+                self._note(f"{finding.kind} warning in {finding.path}: {finding.detail}")
+        except RefusalError as refusal:
+            summary = (_summary(context.files, ops, rationale) if ops
+                       else f"an answer that was not a usable edit: {_clip(completion.text)}")
+            self._refused(context, tasks, refusal, _withhold_secrets(summary, ops))
+            tripped = self._guardrails.tripped
+            if tripped is not None:
+                raise ProposerStopped("Guardrails", tripped) from refusal
+            raise
+        changed = {p: v for p, v in sorted(ops.items())
+                   if context.files.get(p) != v and not (v is None and p not in context.files)}
+        if not changed:
+            self._remember(tasks, RejectedProposal(
+                _summary(context.files, ops, rationale) if ops else "an empty edit list",
+                "it changes nothing in the current files"))
+            return None
+        summary = _summary(context.files, changed, rationale)
+        from agentdescent_core.artifacts.diff import diff_id_for
+
+        with self._lock:
+            self._pending.append(_Pending(context.round, context.worker, tasks,
+                                          diff_id_for("candidate", changed)[:8], summary))
+            self._books.proposals.append({
+                "round": context.round, "worker": context.worker, "tasks": list(tasks),
+                "paths": sorted(changed), "rationale": rationale, "outcome": "proposed",
+            })
+        return Edits(changed, rationale=rationale or f"{self.spec} proposal for "
+                     + ", ".join(tasks[:3]))
+
+    # ---------------------------------------------------------------- calls and money
+
+    def _complete(self, system: str, user: str) -> Completion:
+        from agentdescent_core.proposers.llm_cache import LLMCacheMiss
+
+        try:
+            completion = self.client.complete(system, user)
+        except LLMCacheMiss as exc:
+            raise ProposerStopped("LLMCacheMiss", str(exc)) from exc
+        except BackendError as exc:
+            if not self._succeeded:
+                raise ProposerStopped(
+                    "BackendError",
+                    f"the model {self.spec} never answered, so the run stops rather than retry "
+                    f"every round: {exc}",
+                ) from exc
+            raise
+        with self._lock:
+            self._succeeded = True
+            self._books.calls += 1
+            if completion.cost_usd is not None:
+                self._books.max_call_cost = max(self._books.max_call_cost, completion.cost_usd)
+        return completion
+
+    def _check_spend(self, system: str, user: str) -> None:
+        """Raise the budget's stop when the next call could take the cost past ``max_usd``."""
+        if self._max_usd is None:
+            return
+        spent = self.client.cost_usd or 0.0
+        with self._lock:
+            estimate = self._books.max_call_cost
+        if estimate <= 0.0:
+            estimate = self._first_call_cost(system, user)
+        if spent + estimate > self._max_usd:
+            raise BudgetExhausted(
+                "max_usd",
+                f"the next model call (about {estimate:.4f} USD) would take the cost past "
+                f"--evolve-max-usd {self._max_usd} ({spent:.4f} USD spent)",
+            )
+
+    def _first_call_cost(self, system: str, user: str) -> float:
+        from agentdescent_core.proposers.models import Usage
+
+        usage = Usage(input_tokens=(len(system) + len(user)) // 4,
+                      output_tokens=_FIRST_OUTPUT_TOKENS)
+        cost = self.client.prices.cost(self.client.spec.model, usage)
+        return float(cost) if cost is not None else 0.0
+
+    # ---------------------------------------------------------------- memory of rejections
+
+    def rejected_for(self, tasks: Iterable[str]) -> list[RejectedProposal]:
+        """What was already turned down for these tasks (oldest first, without repeats)."""
+        with self._lock:
+            seen: dict[tuple[str, str], RejectedProposal] = {}
+            for task in tasks:
+                for item in self._rejected.get(task, ()):
+                    seen.setdefault((item.summary, item.reason), item)
+            return list(seen.values())
+
+    def _remember(self, tasks: Iterable[str], item: RejectedProposal) -> None:
+        with self._lock:
+            for task in tasks:
+                kept = self._rejected.setdefault(task, [])
+                if item not in kept:
+                    kept.append(item)
+                    del kept[:-_KEEP_PER_TASK]
+
+    def _refused(self, context: ProposeContext, tasks: tuple[str, ...], refusal: RefusalError,
+                 summary: str) -> None:
+        self._remember(tasks, RejectedProposal(summary, f"{refusal.category} "
+                                                        f"({refusal.code}): {refusal.message}"))
+        with self._lock:
+            key = f"{refusal.category}/{refusal.code}"
+            self._books.refused[key] = self._books.refused.get(key, 0) + 1
+            self._books.proposals.append({
+                "round": context.round, "worker": context.worker, "tasks": list(tasks),
+                "paths": [], "rationale": "", "outcome": refusal.category,
+                "reason": f"{refusal.code}: {refusal.message}",
+            })
+
+    def observe_round(self, info: RoundInfo) -> None:
+        """Match the round's merge decisions back to this proposer's pending proposals."""
+        with self._lock:
+            pending = [p for p in self._pending if p.round <= info.round]
+            self._pending = [p for p in self._pending if p.round > info.round]
+        for item in pending:
+            message = _decision_for(item, info.messages)
+            if message is None:
+                continue
+            category, _, reason = message.partition(": ")
+            reason = _LABEL.sub("", reason)  # the candidate's label means nothing to the model
+            self._settle(item, category)
+            if category in ("committed", "cas-conflict"):
+                continue
+            self._remember(item.tasks, RejectedProposal(item.summary, f"{category}: {reason}"))
+
+    def _settle(self, item: _Pending, category: str) -> None:
+        with self._lock:
+            for entry in reversed(self._books.proposals):
+                if (entry["round"], entry["worker"]) == (item.round, item.worker) and \
+                        entry["outcome"] == "proposed":
+                    entry["outcome"] = category
+                    break
+
+    # ---------------------------------------------------------------- reporting
+
+    def _note(self, text: str) -> None:
+        with self._lock:
+            if text not in self._books.notes:
+                self._books.notes.append(text)
+        warnings.warn(f"{self.spec}: {text}", RuntimeWarning, stacklevel=2)
+
+    def close(self) -> None:
+        self.client.close()
+        if self._cache is not None:
+            self._cache.close()
+
+    def report(self) -> dict[str, Any]:
+        """The ``model`` section of report.json."""
+        usage = self.client.usage
+        with self._lock:
+            return {
+                "spec": self.spec,
+                "calls": self.client.calls,
+                "input_tokens": usage.input_tokens,
+                "output_tokens": usage.output_tokens,
+                "cost_usd": self.client.cost_usd,
+                "cache_hits": self.client.cache_hits,
+                "endpoint": self.client.endpoint,
+                "refused": dict(sorted(self._books.refused.items())),
+                "guardrail_violations": self._guardrails.violations,
+                "proposals": [dict(p) for p in self._books.proposals],
+            }
+
+
+# ---------------------------------------------------------------- helpers
+
+def _decision_for(item: _Pending, messages: Sequence[str]) -> str | None:
+    """The round message about ``item``: by its candidate key, else naming its worker."""
+    for message in messages:
+        if f"diff {item.key} " in message:
+            return message
+    worker = re.compile(rf"\b{re.escape(item.worker)}\b(?![\d])")
+    for message in messages:
+        if worker.search(message) and "refused by the proposer" not in message:
+            return message
+    return None
+
+
+def _withhold_secrets(summary: str, ops: Mapping[str, str | None]) -> str:
+    """The summary, unless it would show a secret back to the model (then only the paths)."""
+    from agentdescent_core.proposers.guardrails import scan_ops
+
+    if any(f.kind == "secret" for f in scan_ops({"summary.txt": summary})):
+        paths = ", ".join(sorted(ops)) or "the answer"
+        return f"an edit of {paths} (content withheld: it contained a secret)"
+    return summary
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[:limit] + " ..."
+
+
+def _summary(files: Mapping[str, str], ops: Mapping[str, str | None], rationale: str) -> str:
+    """What an edit did, in a few diff lines (what the next prompt shows as rejected)."""
+    lines: list[str] = []
+    if rationale:
+        lines.append(f"rationale: {_clip(rationale)}")
+    for path, text in sorted(ops.items()):
+        if text is None:
+            lines.append(f"deleted {path}")
+            continue
+        old = files.get(path)
+        if old is None:
+            lines.append(f"created {path}: {_clip(text)}")
+            continue
+        changed = [
+            line for line in difflib.unified_diff(old.splitlines(), text.splitlines(),
+                                                  lineterm="", n=0)
+            if line[:1] in "+-" and not line.startswith(("+++", "---"))
+        ]
+        lines.append(f"edited {path}:")
+        lines.extend(f"  {line[:160]}" for line in changed[:_SUMMARY_LINES])
+        if len(changed) > _SUMMARY_LINES:
+            lines.append(f"  ... {len(changed) - _SUMMARY_LINES} more changed lines")
+    return "\n".join(lines)
