@@ -393,3 +393,33 @@ def test_uncommitted_edits_of_tests_or_artifacts_are_warned_about_once(
     with warnings.catch_warnings():
         warnings.simplefilter("error", UncommittedChangesWarning)
         make(agent_repo).close()
+
+
+def test_an_xdist_n_in_the_users_addopts_does_not_split_the_child(tmp_path: Path) -> None:
+    pytest.importorskip("xdist")
+    repo = tmp_path / "repo"
+    user_git(tmp_path, "init", "--quiet", "--initial-branch=main", repo.name)
+    write(repo / "pytest.ini", "[pytest]\naddopts = -n 2\ntestpaths = tests\n")
+    write(repo / "skills/calc/SKILL.md", "# Calc\n\nAdd numbers.\n")
+    write(repo / "tests/test_skill.py",
+          "from pathlib import Path\n\n"
+          "def test_says_add():\n"
+          "    text = (Path(__file__).parents[1] / 'skills/calc/SKILL.md').read_text()\n"
+          "    assert 'Add' in text\n")
+    user_git(repo, "add", "-A")
+    user_git(repo, "commit", "--quiet", "-m", "repo")
+    commit = user_git(repo, "rev-parse", "HEAD")
+    tree = FileTree(["skills"])
+    task = "tests/test_skill.py::test_says_add"
+    verifier = SandboxedVerifier(repo, commit, TaskSplit(train=(task,)), tree=tree,
+                                 frozen=FrozenSet(artifact_roots=tree.roots),
+                                 backend=require_backend("local"), cache=None,
+                                 test_timeout=30.0, run_timeout=120.0)
+    try:
+        good = {"skills/calc/SKILL.md": "# Calc\n\nAdd numbers.\n"}
+        bad = {"skills/calc/SKILL.md": "# Calc\n\nSubtract numbers.\n"}
+        assert verifier.evaluate(good, [task], 2).rewards[task] == (1.0, 1.0)
+        assert verifier.evaluate(bad, [task], 1).rewards[task] == (0.0,)
+        assert verifier.records(bad, task)[0].outcome == "failed"
+    finally:
+        verifier.close()

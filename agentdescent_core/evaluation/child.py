@@ -18,8 +18,10 @@ record or the whole candidate comes back with an error:
 
 The child keeps the user's plugins and ini (autoload stays on); only pytest's
 cache directory moves to the worker's state directory, ``--maxfail`` is reset
-so an ``-x`` in ``addopts`` cannot stop the evaluation early, and the test
-*files* are passed rather than node ids (a node id that no longer exists would
+so an ``-x`` in ``addopts`` cannot stop the evaluation early, ``-n 0`` turns
+off an ``-n`` of pytest-xdist in ``addopts`` (the recorder journals from the
+process that runs the tests, and parallelism is ``eval_concurrency``'s job),
+and the test *files* are passed rather than node ids (a node id that no longer exists would
 abort the whole session; the recorder selects the planned tests itself).
 """
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import importlib.util
 import json
 import os
 import secrets
@@ -148,11 +151,15 @@ class ChildOutcome:
 def child_argv(test_files: Sequence[str], *, state_dir: Path,
                pytest_args: Sequence[str] = ()) -> list[str]:
     """The child's command line (see the module docstring for each choice)."""
+    # Later options win over addopts; -n exists only where xdist is installed
+    # (the child runs this same interpreter, so the check here holds there).
+    no_xdist = ["-n", "0"] if importlib.util.find_spec("xdist") is not None else []
     return [
         sys.executable, "-m", "pytest",
         "-p", _WORKER_PLUGIN,
         "-q", "--no-header", "-rN",
         "--maxfail=0",
+        *no_xdist,
         "-o", f"cache_dir={state_dir / 'pytest-cache'}",
         *pytest_args,
         *test_files,
