@@ -17,6 +17,8 @@ from collections.abc import Callable
 
 import pytest
 
+from agentdescent_core.evaluation.records import CHILD_ENV
+
 __all__ = [
     "CHILD_ENV",
     "REWARD_KEY",
@@ -26,10 +28,8 @@ __all__ = [
     "recorded_reward",
 ]
 
-#: Set to "1" in the environment of every child pytest that evaluates a
-#: candidate.  The ``--evolve`` controller refuses to start when it is set, so
-#: a candidate's tests can never start an evolution of their own.
-CHILD_ENV = "AGENTDESCENT_CHILD"
+# CHILD_ENV (set to "1" in every child pytest that evaluates a candidate) is
+# re-exported here for the plugin, which must not start an evolution there.
 
 #: Where the recorded reward of the current test lives (``item.stash``).
 REWARD_KEY = pytest.StashKey[float]()

@@ -32,9 +32,10 @@ file and removes both variables from ``os.environ`` before any test runs, and
 signs every line (HMAC-SHA256 in its ``mac`` field).  A script that appends a
 forged "passed" line to the journal cannot sign it, and the parent drops it.
 
-The module imports nothing from ``agentdescent_core``: importing the engine's
-evaluation package pulls in numpy and scipy, which would add half a second to
-every child start.  The parent validates each line with ``TestRecord.from_mapping``.
+From ``agentdescent_core`` the module imports only the standard-library
+:mod:`~agentdescent_core.evaluation.records` (the variable names it shares with
+the parent): the engine's heavier parts would add up to half a second to every
+child start.  The parent validates each line with ``TestRecord.from_mapping``.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ from typing import IO, Any, cast
 import pytest
 from _pytest.runner import runtestprotocol
 
-from pytest_agentdescent.reward import CHILD_ENV, clear_reward, recorded_reward
+from agentdescent_core.evaluation.records import CHILD_ENV, PLAN_ENV, RECORD_ENV
+from pytest_agentdescent.reward import clear_reward, recorded_reward
 
 __all__ = [
     "CHILD_ENV",
@@ -69,8 +71,6 @@ __all__ = [
     "truncate",
 ]
 
-RECORD_ENV = "AGENTDESCENT_RECORD"
-PLAN_ENV = "AGENTDESCENT_PLAN"
 DEFAULT_OUTPUT_CHARS = 4000
 #: Exit status of a child whose watchdog fired but survived its own group kill
 #: (a PID-1 process in a container ignores SIGKILL from inside).

@@ -27,6 +27,7 @@ abort the whole session; the recorder selects the planned tests itself).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import importlib.util
@@ -42,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentdescent_core.evaluation.records import TestRecord
+from agentdescent_core.evaluation.records import CHILD_ENV, PLAN_ENV, RECORD_ENV, TestRecord
 from agentdescent_core.sandbox.env import DEFAULT_ENV_ALLOWLIST, child_environment
 from agentdescent_core.sandbox.interpreter import interpreter_paths
 from agentdescent_core.sandbox.snapshot import remove_tree
@@ -69,9 +70,6 @@ _NORMAL_EXITS = (0, 1, 5)
 # The recorder's contract (pytest_agentdescent.worker); spelled here so this
 # module does not import pytest.
 _WORKER_PLUGIN = "pytest_agentdescent.worker"
-_RECORD_ENV = "AGENTDESCENT_RECORD"
-_PLAN_ENV = "AGENTDESCENT_PLAN"
-_CHILD_ENV = "AGENTDESCENT_CHILD"
 
 
 @dataclass(frozen=True)
@@ -148,12 +146,18 @@ class ChildOutcome:
         return {(r.nodeid, r.repeat): r for r in self.records}
 
 
+@functools.cache
+def _xdist_installed() -> bool:
+    """Is pytest-xdist importable?  The child runs this same interpreter, so the
+    answer holds there; asked once per process, not once per child run."""
+    return importlib.util.find_spec("xdist") is not None
+
+
 def child_argv(test_files: Sequence[str], *, state_dir: Path,
                pytest_args: Sequence[str] = ()) -> list[str]:
     """The child's command line (see the module docstring for each choice)."""
-    # Later options win over addopts; -n exists only where xdist is installed
-    # (the child runs this same interpreter, so the check here holds there).
-    no_xdist = ["-n", "0"] if importlib.util.find_spec("xdist") is not None else []
+    # Later options win over addopts; -n exists only where xdist is installed.
+    no_xdist = ["-n", "0"] if _xdist_installed() else []
     return [
         sys.executable, "-m", "pytest",
         "-p", _WORKER_PLUGIN,
@@ -242,9 +246,9 @@ def run_tests(
             config.env_allow,
             scratch=run_dir,
             extra={
-                _RECORD_ENV: str(journal),
-                _PLAN_ENV: str(plan_file),
-                _CHILD_ENV: "1",
+                RECORD_ENV: str(journal),
+                PLAN_ENV: str(plan_file),
+                CHILD_ENV: "1",
                 "PYTHONDONTWRITEBYTECODE": "1",
             },
         )

@@ -7,7 +7,17 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["OUTCOMES", "REWARDING_OUTCOMES", "TestRecord"]
+__all__ = ["CHILD_ENV", "OUTCOMES", "PLAN_ENV", "RECORD_ENV", "REWARDING_OUTCOMES", "TestRecord"]
+
+# The environment the parent gives the child pytest (agentdescent_core.evaluation.child)
+# and the recorder reads (pytest_agentdescent.worker): named once, here, because
+# this module is standard-library only and cheap for the child to import.
+RECORD_ENV = "AGENTDESCENT_RECORD"
+"""The JSON-lines journal the recorder appends to."""
+PLAN_ENV = "AGENTDESCENT_PLAN"
+"""The plan file: which tests, which repeats, the per-test timeout, the signing key."""
+CHILD_ENV = "AGENTDESCENT_CHILD"
+"""Set to "1" in every child pytest; the ``--evolve`` controller never starts there."""
 
 #: Every outcome the recorder can report for one test (phases combined).
 OUTCOMES: tuple[str, ...] = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")

@@ -55,7 +55,7 @@ from agentdescent_core.evaluation.protocol import TaskSplit
 from agentdescent_core.evaluation.records import TestRecord
 from agentdescent_core.governance import FrozenSet
 from agentdescent_core.sandbox.env import DEFAULT_ENV_ALLOWLIST
-from agentdescent_core.sandbox.local import SandboxSetupError
+from agentdescent_core.sandbox.local import LocalBackend, check_network
 from agentdescent_core.sandbox.snapshot import is_cache
 from agentdescent_core.sandbox.spec import Backend, Limits, Network
 from agentdescent_core.sandbox.workspace import FrozenCheck, Workspace, dirty_paths
@@ -152,13 +152,9 @@ class SandboxedVerifier:
         if isinstance(eval_concurrency, bool) or not isinstance(eval_concurrency, int) \
                 or eval_concurrency < 1:
             raise ValueError(f"eval_concurrency must be an integer >= 1, got {eval_concurrency!r}")
-        if network == "none" and backend.name == "local":
+        if backend.name == LocalBackend.name:
             # Refused now, not at the first evaluation: the run cannot start as asked.
-            raise SandboxSetupError(
-                "the 'local' sandbox cannot cut the network, but network 'none' was asked "
-                "for: use --evolve-sandbox bwrap or docker, or --evolve-network default to "
-                "accept that candidate code can reach the network"
-            )
+            check_network(network, backend.name)
         self.repo = Path(os.path.abspath(os.fspath(repo)))
         self.commit = commit
         self.subdir = _check_subdir(subdir)

@@ -41,7 +41,7 @@ from agentdescent_core.loop.driver import DriverBase, describe
 from agentdescent_core.loop.parallel import ParallelMode
 from agentdescent_core.loop.result import EvolutionResult, RoundInfo, round_info
 from agentdescent_core.loop.sampling import RoundRobin, TaskSampler
-from agentdescent_core.loop.setup import RunParts, build_run
+from agentdescent_core.loop.setup import DEFAULT_ROUNDS, RunParts, build_run, check_int
 from agentdescent_core.loop.worker import ProposeFn, RunFn, Snapshot, resolve_actor, work_unit
 from agentdescent_core.staleness import StalenessPolicy
 from agentdescent_core.tasks import Task, as_tasks
@@ -49,14 +49,8 @@ from agentdescent_core.tasks import Task, as_tasks
 __all__ = ["ASYNC_DEFAULT_SECONDS", "async_evolve"]
 
 ASYNC_DEFAULT_SECONDS = 20.0
-DEFAULT_ROUNDS = 15
 MERGE_RETRIES = 3
 IDLE_WAIT = 0.5
-
-
-def _check_int(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
 def async_evolve(
@@ -118,17 +112,17 @@ def async_evolve(
         max_seconds = ASYNC_DEFAULT_SECONDS
     actor = resolve_actor(agent, run, propose)
     task_list = as_tasks(tasks)
-    _check_int("n_workers", n_workers, 1)
-    _check_int("max_worker_errors", max_worker_errors, 1)
+    check_int("n_workers", n_workers, 1)
+    check_int("max_worker_errors", max_worker_errors, 1)
     async_ratio = 3 if async_ratio is None else async_ratio
     stall_patience = 3 if stall_patience is None else stall_patience
-    _check_int("async_ratio", async_ratio, 0)
-    _check_int("stall_patience", stall_patience, 1)
+    check_int("async_ratio", async_ratio, 0)
+    check_int("stall_patience", stall_patience, 1)
     if patience is not None:
-        _check_int("patience", patience, 1)
+        check_int("patience", patience, 1)
     if max_iters is None:
         max_iters = (DEFAULT_ROUNDS if rounds is None else rounds) * n_workers
-    _check_int("max_iters", max_iters, 0)
+    check_int("max_iters", max_iters, 0)
     budget = Budget(max_calls=max_calls, max_seconds=max_seconds)
     parts = build_run(
         task_list, reward, actor, strategy=strategy if strategy is not None else AppendRules(),

@@ -35,7 +35,7 @@ from agentdescent_core.loop.driver import DriverBase, describe
 from agentdescent_core.loop.parallel import ParallelMode
 from agentdescent_core.loop.result import EvolutionResult, RoundInfo, round_info
 from agentdescent_core.loop.sampling import RoundRobin, TaskSampler
-from agentdescent_core.loop.setup import RunParts, build_run
+from agentdescent_core.loop.setup import DEFAULT_ROUNDS, RunParts, build_run, check_int
 from agentdescent_core.loop.worker import (
     ProposeFn,
     RunFn,
@@ -49,12 +49,6 @@ from agentdescent_core.tasks import Task, as_tasks
 
 __all__ = ["evolve"]
 
-DEFAULT_ROUNDS = 15
-
-
-def _check_int(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
 def evolve(
@@ -126,13 +120,13 @@ def evolve(
     rounds = DEFAULT_ROUNDS if rounds is None else rounds
     max_concurrency = 1 if max_concurrency is None else max_concurrency
     refresh_interval = 1 if refresh_interval is None else refresh_interval
-    _check_int("rounds", rounds, 0)
-    _check_int("n_workers", n_workers, 1)
-    _check_int("max_concurrency", max_concurrency, 1)
-    _check_int("refresh_interval", refresh_interval, 1)
-    _check_int("max_worker_errors", max_worker_errors, 1)
+    check_int("rounds", rounds, 0)
+    check_int("n_workers", n_workers, 1)
+    check_int("max_concurrency", max_concurrency, 1)
+    check_int("refresh_interval", refresh_interval, 1)
+    check_int("max_worker_errors", max_worker_errors, 1)
     if patience is not None:
-        _check_int("patience", patience, 1)
+        check_int("patience", patience, 1)
     if round_timeout is not None and not round_timeout > 0:
         raise ValueError(
             f"round_timeout must be a positive number of seconds, got {round_timeout!r}"

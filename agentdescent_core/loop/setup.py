@@ -51,15 +51,27 @@ from agentdescent_core.staleness import StalenessPolicy, get_policy
 from agentdescent_core.tasks import Task
 
 __all__ = [
+    "DEFAULT_ROUNDS",
     "RunParts",
     "RunPlan",
     "build_run",
+    "check_int",
     "check_strategy",
     "open_ledger",
     "plan_run",
     "split_tasks",
     "wire_run",
 ]
+
+DEFAULT_ROUNDS = 15
+"""Rounds of ``evolve()`` when none are given (``async_evolve()``: iterations per worker)."""
+
+
+def check_int(name: str, value: object, minimum: int) -> None:
+    """Refuse a knob that is not an integer of at least ``minimum`` (bools included)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
 
 AggregatorFactory = Callable[..., Any]
 

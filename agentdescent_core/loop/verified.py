@@ -26,10 +26,10 @@ from agentdescent_core.governance import check_artifact_id
 from agentdescent_core.ledger.ledger import Ledger
 from agentdescent_core.ledger.scratch import ScratchLedger
 from agentdescent_core.loop.budget import Budget
-from agentdescent_core.loop.evolve import _check_int, _SyncDriver
+from agentdescent_core.loop.evolve import _SyncDriver
 from agentdescent_core.loop.result import EvolutionResult, RoundInfo
 from agentdescent_core.loop.sampling import RoundRobin
-from agentdescent_core.loop.setup import check_strategy, plan_run, wire_run
+from agentdescent_core.loop.setup import check_int, check_strategy, plan_run, wire_run
 from agentdescent_core.loop.worker import Actor, EngineVerifier, ProposeFn, check_propose
 from agentdescent_core.staleness import StalenessPolicy
 from agentdescent_core.tasks import Task
@@ -94,12 +94,12 @@ def evolve_verified(
     Raises ContractError for a caller bug (a propose that cannot take its
     arguments, a verifier without the needed methods) before anything runs.
     """
-    _check_int("rounds", rounds, 0)
-    _check_int("n_workers", n_workers, 1)
-    _check_int("max_concurrency", max_concurrency, 1)
-    _check_int("max_worker_errors", max_worker_errors, 1)
+    check_int("rounds", rounds, 0)
+    check_int("n_workers", n_workers, 1)
+    check_int("max_concurrency", max_concurrency, 1)
+    check_int("max_worker_errors", max_worker_errors, 1)
     if patience is not None:
-        _check_int("patience", patience, 1)
+        check_int("patience", patience, 1)
     _check_verifier(verifier)
     check_propose(propose)
     check_strategy(strategy)

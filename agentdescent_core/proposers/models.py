@@ -160,12 +160,22 @@ def _describe_status(exc: Any, provider: str, max_retries: int) -> tuple[str, in
 
 
 class _SDKBackend:
-    """Shared error translation of the two SDK backends."""
+    """What the two SDK backends share: their settings and the error translation."""
 
     endpoint: str
     provider: str
-    max_retries: int
-    timeout: float
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        max_tokens: int,
+        temperature: float,
+        timeout: float,
+        max_retries: int,
+    ) -> None:
+        self.model, self.max_tokens, self.temperature = model, max_tokens, temperature
+        self.timeout, self.max_retries = timeout, max_retries
 
     def _fail(self, exc: Exception) -> ModelBackendError:
         where = f"the {self.provider} endpoint {self.endpoint}"
@@ -217,8 +227,8 @@ class _AnthropicBackend(_SDKBackend):
         api_key: str | None,
         base_url: str | None,
     ) -> None:
-        self.model, self.max_tokens, self.temperature = model, max_tokens, temperature
-        self.timeout, self.max_retries = timeout, max_retries
+        super().__init__(model, max_tokens=max_tokens, temperature=temperature,
+                         timeout=timeout, max_retries=max_retries)
         self.client = anthropic.Anthropic(
             api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries
         )
@@ -268,8 +278,8 @@ class _OpenAIBackend(_SDKBackend):
         api_key: str | None,
         base_url: str | None,
     ) -> None:
-        self.model, self.max_tokens, self.temperature = model, max_tokens, temperature
-        self.timeout, self.max_retries = timeout, max_retries
+        super().__init__(model, max_tokens=max_tokens, temperature=temperature,
+                         timeout=timeout, max_retries=max_retries)
         local = base_url or os.environ.get("OPENAI_BASE_URL")
         if api_key is None and not os.environ.get("OPENAI_API_KEY") and local:
             api_key = PLACEHOLDER_KEY

@@ -326,8 +326,9 @@ def run_supervised(
     )
 
 
-def check_network(spec: RunSpec, backend: str) -> None:
-    if spec.network == "none":
+def check_network(network: str, backend: str) -> None:
+    """Refuse network ``none`` for a backend that cannot cut the network (``local``)."""
+    if network == "none":
         raise SandboxSetupError(
             f"the {backend!r} sandbox cannot cut the network, but this run asks for network "
             "'none': use --evolve-sandbox bwrap or docker, or pass --evolve-network default "
@@ -348,7 +349,7 @@ class LocalBackend:
 
     def run(self, spec: RunSpec) -> RunResult:
         """Run ``spec.argv`` in the workspace; ``writable``/``hidden`` are not enforced here."""
-        check_network(spec, self.name)
+        check_network(spec.network, self.name)
         if not spec.workspace.is_dir():
             raise SandboxSetupError(
                 f"workspace {spec.workspace} does not exist: create the workspace before running"
