@@ -84,6 +84,31 @@ _EXPORTS: dict[str, str] = {
     "Workspace": "agentdescent_core.sandbox.workspace",
     "Limits": "agentdescent_core.sandbox.spec",
     "get_backend": "agentdescent_core.sandbox.select",
+    # durable runs
+    "SqliteRunStore": "agentdescent_core.loop.durable",
+    "Lease": "agentdescent_core.loop.durable",
+    "LeaseHeld": "agentdescent_core.loop.durable",
+    "RunRecord": "agentdescent_core.loop.durable",
+    "RunEvent": "agentdescent_core.loop.durable",
+    "LoopKernel": "agentdescent_core.loop.kernel",
+    "LoopConfig": "agentdescent_core.loop.kernel",
+    "LoopContext": "agentdescent_core.loop.kernel",
+    "LoopObservation": "agentdescent_core.loop.kernel",
+    "LoopGeneration": "agentdescent_core.loop.kernel",
+    "LoopReport": "agentdescent_core.loop.kernel",
+    "RetryableStepError": "agentdescent_core.loop.kernel",
+    "load_report": "agentdescent_core.loop.kernel",
+    "run_controller": "agentdescent_core.loop.controller",
+    "ControllerConfig": "agentdescent_core.loop.controller",
+    "ControllerReport": "agentdescent_core.loop.controller",
+    "SessionOutcome": "agentdescent_core.loop.controller",
+    "SessionRecord": "agentdescent_core.loop.controller",
+    "KillSwitch": "agentdescent_core.decisions",
+    "FileKillSwitch": "agentdescent_core.decisions",
+    "EnvKillSwitch": "agentdescent_core.decisions",
+    "AnyKillSwitch": "agentdescent_core.decisions",
+    "DecisionRecord": "agentdescent_core.decisions",
+    "DecisionLog": "agentdescent_core.decisions",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -123,6 +148,14 @@ if TYPE_CHECKING:
         apply_ops,
         state_hash,
     )
+    from agentdescent_core.decisions import (
+        AnyKillSwitch,
+        DecisionLog,
+        DecisionRecord,
+        EnvKillSwitch,
+        FileKillSwitch,
+        KillSwitch,
+    )
     from agentdescent_core.errors import (
         AgentDescentError,
         BackendError,
@@ -156,6 +189,30 @@ if TYPE_CHECKING:
         async_evolve,
         evolve,
         evolve_verified,
+    )
+    from agentdescent_core.loop.controller import (
+        ControllerConfig,
+        ControllerReport,
+        SessionOutcome,
+        SessionRecord,
+        run_controller,
+    )
+    from agentdescent_core.loop.durable import (
+        Lease,
+        LeaseHeld,
+        RunEvent,
+        RunRecord,
+        SqliteRunStore,
+    )
+    from agentdescent_core.loop.kernel import (
+        LoopConfig,
+        LoopContext,
+        LoopGeneration,
+        LoopKernel,
+        LoopObservation,
+        LoopReport,
+        RetryableStepError,
+        load_report,
     )
     from agentdescent_core.sandbox.select import get_backend
     from agentdescent_core.sandbox.spec import Limits

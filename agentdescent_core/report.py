@@ -21,11 +21,18 @@ on the held-out tasks when there are any) is kept as ``eval_reward_before`` /
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from agentdescent_core.evaluation.protocol import TaskSplit, Verifier
 from agentdescent_core.loop.result import EvolutionResult
+from agentdescent_core.markdown import cell as _cell
+from agentdescent_core.markdown import code as _code
+from agentdescent_core.markdown import line_chart
+from agentdescent_core.markdown import num as _num
+from agentdescent_core.markdown import number_or_none as _reward_of
+from agentdescent_core.markdown import sha as _sha
+from agentdescent_core.markdown import table as _table
 from agentdescent_core.stats.samples import PASS_THRESHOLD
 
 if TYPE_CHECKING:
@@ -46,16 +53,6 @@ _BROKEN = "pass->fail"
 
 
 # ---------------------------------------------------------------- building
-
-def _reward_of(value: object) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
-
 
 def _weighted(rewards: Mapping[str, float], nodeids: Iterable[str], split: TaskSplit
               ) -> float | None:
@@ -211,32 +208,6 @@ def build_report(
 
 # ---------------------------------------------------------------- rendering
 
-def _num(value: object, digits: int = 3) -> str:
-    number = _reward_of(value)
-    return "–" if number is None else f"{number:.{digits}f}"
-
-
-def _cell(text: object) -> str:
-    """Text safe inside a Markdown table cell (pipes escaped, one line)."""
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def _code(text: object) -> str:
-    raw = _cell(text)
-    fence = "``" if "`" in raw else "`"
-    return f"{fence}{raw}{fence}"
-
-
-def _sha(value: object) -> str:
-    return _code(str(value)[:12]) if value else "–"
-
-
-def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines.extend("| " + " | ".join(row) + " |" for row in rows)
-    return lines
-
-
 def _chart(report: Mapping[str, Any]) -> list[str]:
     """A Mermaid xychart of the acceptance reward after each round (round 0: the baseline)."""
     last = _reward_of(report.get("eval_reward_before"))
@@ -252,15 +223,8 @@ def _chart(report: Mapping[str, Any]) -> list[str]:
     points = [first if v is None else v for v in values]
     holdout = (report.get("holdout") or {}).get("tasks", 0)
     label = "held-out reward" if holdout else "reward"
-    return [
-        "```mermaid",
-        "xychart-beta",
-        f'    title "{label.capitalize()} per round"',
-        "    x-axis [" + ", ".join(str(i) for i in range(len(points))) + "]",
-        f'    y-axis "{label}" 0 --> 1',
-        "    line [" + ", ".join(f"{p:.3f}" for p in points) + "]",
-        "```",
-    ]
+    return line_chart(f"{label.capitalize()} per round",
+                      [str(i) for i in range(len(points))], points, label)
 
 
 def render_markdown(report: Mapping[str, Any]) -> str:
@@ -343,4 +307,33 @@ def render_markdown(report: Mapping[str, Any]) -> str:
               _num(v.get("reward_before")), _num(v.get("reward_after")),
               _cell(v.get("subject", ""))] for v in versions],
         )
+    lines += _durability(report)
     return "\n".join(lines) + "\n"
+
+
+def _durability(report: Mapping[str, Any]) -> list[str]:
+    """The scheduled-session decision, the durable run and the pull request, when present."""
+    lines: list[str] = []
+    session = report.get("session")
+    if isinstance(session, Mapping):
+        verb = "evolved" if session.get("evolve") else "skipped evolution (baseline only)"
+        lines += ["", "## Session", "",
+                  f"This scheduled session {verb}: **{_cell(session.get('code', '?'))}** — "
+                  f"{_cell(session.get('reason', ''))}"]
+    run = report.get("run")
+    if isinstance(run, Mapping):
+        replayed = int(run.get("replayed") or 0)
+        lines += ["", f"Run {_code(run.get('id', '?'))}: {_cell(run.get('status', '?'))}, "
+                      f"{run.get('generations', 0)} round(s) recorded"
+                      + (f", {replayed} of them before a restart" if replayed else "")
+                      + " (`agentdescent report --history`)."]
+    pull = report.get("pull_request")
+    if isinstance(pull, Mapping):
+        if pull.get("url"):
+            lines += ["", f"Pull request #{pull.get('number')}: {_cell(pull.get('operation'))} "
+                          f"({_cell(pull.get('url'))})."]
+        else:
+            detail = pull.get("error") or pull.get("reason") or pull.get("message") or ""
+            lines += ["", f"Pull request: {_cell(pull.get('operation'))}"
+                          + (f" — {_cell(detail)}" if detail else "") + "."]
+    return lines

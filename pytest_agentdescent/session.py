@@ -36,6 +36,7 @@ from pytest_agentdescent.collect import (
     find_layout,
     resolve_roots,
 )
+from pytest_agentdescent.runstate import RunState
 from pytest_agentdescent.settings import EvolveSettings
 from pytest_agentdescent.terminal import (
     Out,
@@ -50,7 +51,8 @@ if TYPE_CHECKING:
     from agentdescent_core.artifacts.filetree import FileTree
     from agentdescent_core.evaluation.sandboxed import SandboxedVerifier
     from agentdescent_core.ledger.ledger import Ledger
-    from agentdescent_core.loop.result import RoundInfo
+    from agentdescent_core.loop.result import EvolutionResult, RoundInfo
+    from agentdescent_core.loop.schedule import SessionDecision
     from pytest_agentdescent.model_proposer import ModelProposer
     from pytest_agentdescent.proposer import HookProposer
 
@@ -63,12 +65,10 @@ class EvolveSession:
     """The controller plugin of one ``pytest --evolve`` run (``agentdescent-session``)."""
 
     def __init__(self, config: pytest.Config, settings: EvolveSettings) -> None:
-        self._model_setup = _model_setup(settings) if settings.model is not None else None
-        if settings.pr:
-            raise pytest.UsageError(
-                "--evolve-pr is not available yet; the evolved version is on the "
-                f"{settings.branch_prefix}stable branch, ready to push yourself"
-            )
+        # --collect-only (``agentdescent check``, the pre-commit hook) calls no model,
+        # so it must not demand the model's key
+        self._model_setup = (_model_setup(settings, check_key=not config.option.collectonly)
+                             if settings.model is not None else None)
         self.config = config
         self.settings = settings
         self.plan: EvolvePlan | None = None
@@ -80,6 +80,10 @@ class EvolveSession:
         self._proposer = ""
         self._model: ModelProposer | None = None
         self._out = Out(config)
+        self._run_info: dict[str, Any] | None = None
+        self._pr_failed = False
+        self.pr_line: str | None = None
+        self._started_at = time.time()
 
     # ---------------------------------------------------------------- collection
 
@@ -121,7 +125,6 @@ class EvolveSession:
         """The whole evolution; True when it ended on an error."""
         from agentdescent_core.artifacts.filetree import FileTree
         from agentdescent_core.errors import RefusalError
-        from agentdescent_core.evaluation.cache import EvalCache, EvalCacheError
         from pytest_agentdescent.proposer import hook_implementations, missing_proposer_message
 
         settings = self.settings
@@ -134,6 +137,21 @@ class EvolveSession:
             tree = FileTree(plan.roots, frozen=plan.frozen, repo_root=plan.layout.root)
         except RefusalError as exc:
             raise pytest.UsageError(f"pytest --evolve cannot load the artifact: {exc}") from None
+        run_state = RunState.open(state_dir, repo_root=plan.layout.root,
+                                  prefix=settings.branch_prefix, dry_run=settings.dry_run)
+        try:
+            self.warnings.extend(run_state.notes)
+            return self._run_locked(plan, tree, state_dir, backend, implementations, run_state)
+        finally:
+            run_state.close()
+
+    def _run_locked(self, plan: EvolvePlan, tree: FileTree, state_dir: Path, backend: Any,
+                    implementations: Sequence[str], run_state: RunState) -> bool:
+        """The run once this process holds the repository lease."""
+        from agentdescent_core.errors import RefusalError
+        from agentdescent_core.evaluation.cache import EvalCache, EvalCacheError
+
+        settings = self.settings
         if self._model_setup is not None:
             self._model = self._start_model(plan, tree, state_dir)
         try:
@@ -166,7 +184,7 @@ class EvolveSession:
                 self._out.line(f"warning: {note}", yellow=True)
             self._shown = len(self.warnings)
             return self._evolve(plan, tree, ledger, verifier, initial, base, backend.name,
-                                state_dir)
+                                state_dir, run_state)
         finally:
             if verifier is not None:
                 verifier.close()
@@ -226,12 +244,11 @@ class EvolveSession:
 
     def _evolve(self, plan: EvolvePlan, tree: FileTree, ledger: Ledger,
                 verifier: SandboxedVerifier, initial: Mapping[str, str], base: str,
-                sandbox: str, state_dir: Path) -> bool:
+                sandbox: str, state_dir: Path, run_state: RunState) -> bool:
         from agentdescent_core.aggregator import AggregatorConfig
         from agentdescent_core.errors import AgentDescentError
         from agentdescent_core.loop.driver import describe as describe_error
         from agentdescent_core.loop.result import EvolutionResult
-        from agentdescent_core.loop.verified import evolve_verified
         from pytest_agentdescent.proposer import HookProposer
 
         settings = self.settings
@@ -244,18 +261,16 @@ class EvolveSession:
             warnings.simplefilter("always")
             baseline, broken = self._baseline(verifier, initial, agg_config.base_repeats)
             progress.previous = baseline
+            decision = None
             try:
                 if broken is not None:
                     raise _BrokenBaseline(broken)
-                result = evolve_verified(
-                    verifier, ledger, tree, proposer, n_workers=settings.workers,
-                    rounds=settings.rounds, agg_config=agg_config,
-                    # nothing can beat a perfect reward: without a target, stop there
-                    target_reward=1.0 if settings.target is None else settings.target,
-                    patience=settings.patience,
-                    max_calls=settings.max_calls, seed=settings.seed, on_round=progress,
-                    artifact_id="+".join(plan.roots),
-                )
+                if settings.session_patience is not None and not settings.dry_run:
+                    decision = self._session_decision(plan, verifier, baseline)
+                result = self._durable(plan, tree, ledger, verifier, proposer, agg_config,
+                                       progress, run_state,
+                                       skip=None if decision is None or decision.evolve
+                                       else decision.reason)
             except (AgentDescentError, _BrokenBaseline) as exc:
                 from pytest_agentdescent.model_proposer import ProposerStopped
 
@@ -305,8 +320,17 @@ class EvolveSession:
                 "branch_prefix": settings.branch_prefix,
                 "diff": "\n".join(diff),
                 "warnings": [*plan.notes, *self.warnings],
+                "session": None if decision is None else decision.to_json(),
+                "run": self._run_info,
             },
         )
+        if decision is not None:
+            problem = RunState.record_session(plan.layout.root, settings.branch_prefix, report,
+                                              decision, split.eval_tasks, self._started_at)
+            if problem is not None:
+                self.warnings.append(problem)
+        if settings.pr:
+            report["pull_request"] = self._publish(plan, report)
         self.report = report
         self.report_path = state_dir / "report.json"
         self.report_path.write_text(json.dumps(report, indent=2, sort_keys=True,
@@ -315,7 +339,44 @@ class EvolveSession:
         (state_dir / "report.md").write_text(render_markdown(report), encoding="utf-8")
         self.diff = diff if dry else []
         self.config.hook.pytest_evolve_report(report=report)
-        return result.error is not None
+        return result.error is not None or self._pr_failed
+
+    # ---------------------------------------------------------------- durability
+
+    def _session_decision(self, plan: EvolvePlan, verifier: SandboxedVerifier,
+                          baseline: float | None) -> SessionDecision:
+        """Scheduled sessions: evolve, or only measure the baseline (see loop/schedule.py).
+
+        Only with ``evolve_session_patience`` set: then each run reads and
+        extends the history on ``refs/<prefix>sessions``; otherwise no such ref
+        is ever written.
+        """
+        decision, _ = RunState.decide(plan.layout.root, self.settings, baseline=baseline,
+                                      tasks=verifier.split.eval_tasks)
+        self._out.line(f"session   {'evolve' if decision.evolve else 'skip'} "
+                       f"({decision.code}): {decision.reason}", yellow=not decision.evolve)
+        return decision
+
+    def _durable(self, plan: EvolvePlan, tree: FileTree, ledger: Ledger,
+                 verifier: SandboxedVerifier, proposer: HookProposer, agg_config: Any,
+                 progress: _Progress, run_state: RunState, *,
+                 skip: str | None) -> EvolutionResult:
+        """The rounds as a LoopKernel run in the run store: resumable, one generation each."""
+        outcome = run_state.run_rounds(
+            self.settings, plan, tree, ledger, verifier, proposer, agg_config=agg_config,
+            on_round=progress, last_round=progress.last, skip=skip, out=self._out)
+        self._run_info = outcome.info
+        self.warnings.extend(outcome.notes)
+        return outcome.result
+
+    def _publish(self, plan: EvolvePlan, report: dict[str, Any]) -> dict[str, Any]:
+        """``--evolve-pr``: push stable and create / update / close its pull request."""
+        from pytest_agentdescent.publish import publish
+
+        published = publish(plan.layout.root, self.settings, report)
+        self.pr_line = published.line
+        self._pr_failed = published.failed
+        return published.record
 
     # ---------------------------------------------------------------- parts
 
@@ -460,6 +521,8 @@ class EvolveSession:
         except ValueError:
             shown = str(self.report_path)
         out.lines(summary_lines(report, report_path=f"{shown} (and report.md)"))
+        if self.pr_line is not None:
+            out.line(self.pr_line, red=self._pr_failed)
 
 
 class _BrokenBaseline(Exception):
@@ -479,6 +542,9 @@ class _Progress:
         self._calls = 0
         self.previous: float | None = None
         self.history: list[RoundInfo] = []
+
+    def last(self) -> RoundInfo | None:
+        return self.history[-1] if self.history else None
 
     def __call__(self, info: RoundInfo) -> None:
         from pytest_agentdescent.hooks import RoundSummary
@@ -512,7 +578,7 @@ class _ModelSetup:
         self.templates = templates
 
 
-def _model_setup(settings: EvolveSettings) -> _ModelSetup:
+def _model_setup(settings: EvolveSettings, *, check_key: bool = True) -> _ModelSetup:
     """Parse the model spec, check its key, prices and prompt template, or raise UsageError."""
     from agentdescent_core.proposers.models import missing_key, parse_model_spec
     from agentdescent_core.proposers.pricing import PriceTable
@@ -524,7 +590,7 @@ def _model_setup(settings: EvolveSettings) -> _ModelSetup:
     except ValueError as exc:
         raise pytest.UsageError(f"--evolve-model: {exc}") from None
     # A replay answers from the recording: no request reaches the provider.
-    variable = None if settings.llm_cache == "replay" else missing_key(spec)
+    variable = None if settings.llm_cache == "replay" or not check_key else missing_key(spec)
     if variable is not None:
         raise pytest.UsageError(
             f"--evolve-model {spec} needs {variable}: export {variable}=... (the {spec.provider} "

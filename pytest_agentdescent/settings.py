@@ -95,6 +95,8 @@ class EvolveSettings:
     script_policy: str = "warn"
     violation_limit: int = 3
     prices: tuple[tuple[str, float, float], ...] = ()
+    session_patience: int | None = None
+    degradation: float = 0.15
 
     @property
     def enabled(self) -> bool:
@@ -321,7 +323,8 @@ KNOBS: tuple[Knob, ...] = (
          "Run the whole loop on a scratch ledger: no ref of your repository changes; the "
          "evolved diff is printed."),
     Knob("pr", "--evolve-pr", "evolve_pr", "flag", "bool", "true or false", _bool,
-         "Push the stable branch and open or update a pull request (not available yet)."),
+         "At the end of the run, push the stable branch and open, update or close its pull "
+         "request (needs GITHUB_TOKEN; see docs/ci.md)."),
     Knob("target", "--evolve-target", "evolve_target", "value", _FLOAT,
          "a number in (0, 1]", _float_in(0.0, 1.0, low_open=True, high_open=False),
          "Stop once the reward reaches this value (default: none, stop when every task "
@@ -384,6 +387,15 @@ KNOBS: tuple[Knob, ...] = (
          "lines 'MODEL = INPUT_USD OUTPUT_USD' (US dollars per million tokens)", _prices,
          "Model prices overriding the built-in table, one 'MODEL = INPUT_USD OUTPUT_USD' line "
          "per model (US dollars per million input / output tokens)."),
+    Knob("session_patience", None, "evolve_session_patience", "value", _INT,
+         "an integer >= 1", _int_at_least(1),
+         "Scheduled sessions: measure the baseline only (no model call) once this many "
+         "sessions in a row brought no improvement, unless the baseline degraded or a test "
+         "was added (default: every session evolves)."),
+    Knob("degradation", None, "evolve_degradation", "value", _FLOAT, "a number in (0, 1]",
+         _float_in(0.0, 1.0, low_open=True, high_open=False),
+         "Scheduled sessions: evolve again when the baseline reward is more than this much "
+         "below the best reward recorded (default 0.15)."),
 )
 
 _DEFAULTS = EvolveSettings()
@@ -511,18 +523,12 @@ def read_settings(config: pytest.Config) -> EvolveSettings:
     """The run's validated settings (cached on ``config.stash``).
 
     Raises :class:`pytest.UsageError` naming the option, its ini key and the
-    rule when a value is bad, and for ``--evolve-pr`` (not available yet).
+    rule when a value is bad.
     """
     cached = config.stash.get(SETTINGS_KEY, None)
     if cached is not None:
         return cached
     values = {knob.field: _read(config, knob) for knob in KNOBS}
     settings = EvolveSettings(**values)
-    if settings.pr:
-        raise pytest.UsageError(
-            "--evolve-pr (ini evolve_pr) is not available yet: opening pull requests arrives "
-            "in a later release. Run without it; the evolved version is on the "
-            f"{settings.branch_prefix}stable branch, ready to push yourself"
-        )
     config.stash[SETTINGS_KEY] = settings
     return settings

@@ -301,12 +301,6 @@ def test_a_bad_value_is_a_usage_error_of_the_run(pytester: pytest.Pytester) -> N
     )
 
 
-def test_evolve_pr_is_refused_until_it_exists(pytester: pytest.Pytester) -> None:
-    message = usage_error(pytester, "--evolve-pr")
-    assert "--evolve-pr (ini evolve_pr) is not available yet" in message
-    assert "agentdescent/stable" in message
-
-
 def test_help_works_while_an_ini_value_is_wrong(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\nevolve_rounds = many\n")
     result = pytester.runpytest("--help")

@@ -21,17 +21,13 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
-import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from types import TracebackType
-from typing import Any
 
 from agentdescent_core.errors import AgentDescentError
 from agentdescent_core.evaluation.records import TestRecord
+from agentdescent_core.sqlite_file import SqliteFile
 
 __all__ = ["VERDICT_KINDS", "EvalCache", "EvalCacheError", "Verdict"]
 
@@ -83,34 +79,18 @@ class Verdict:
             raise ValueError(f"unknown verdict kind {self.kind!r}; expected one of {VERDICT_KINDS}")
 
 
-class EvalCache:
+class EvalCache(SqliteFile):
     """Persistent results of evaluated tests (see the module docstring)."""
 
+    label = "the eval cache"
+    error = EvalCacheError
+    synchronous = "NORMAL"  # a cache may lose its last writes in a power cut
+    schema_version = _SCHEMA_VERSION
+    version_advice = "delete the file (it is only a cache) and run again"
+    open_advice = "delete the file (it is only a cache) or point the state directory elsewhere"
+
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
-        self.path = Path(path)
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, timeout=timeout, check_same_thread=False,
-                                       isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
-            version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            if version == 0:
-                self._db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
-            elif version != _SCHEMA_VERSION:
-                raise EvalCacheError(
-                    f"the eval cache {self.path} has schema version {version}, this version of "
-                    f"pytest-agentdescent writes {_SCHEMA_VERSION}; delete the file (it is only "
-                    "a cache) and run again"
-                )
-        except sqlite3.Error as exc:
-            raise EvalCacheError(
-                f"cannot use the eval cache {self.path}: {exc}; delete the file (it is only a "
-                "cache) or point the state directory elsewhere"
-            ) from exc
-        self._lock = threading.Lock()
-        self._closed = False
+        self._open(path, _SCHEMA, timeout)
 
     # ---------------------------------------------------------------- records
 
@@ -190,48 +170,6 @@ class EvalCache:
     def __len__(self) -> int:
         return int(self._query("SELECT COUNT(*) FROM records", ())[0][0])
 
-    def close(self) -> None:
-        with self._lock:
-            if not self._closed:
-                self._closed = True
-                self._db.close()
-
-    def __enter__(self) -> EvalCache:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"EvalCache({str(self.path)!r})"
-
-    def _query(self, sql: str, params: tuple[object, ...]) -> list[tuple[Any, ...]]:
-        with self._lock:
-            self._check_open()
-            try:
-                return list(self._db.execute(sql, params).fetchall())
-            except sqlite3.Error as exc:
-                raise EvalCacheError(f"reading the eval cache {self.path} failed: {exc}") from exc
-
     def _write(self, sql: str, rows: Sequence[tuple[object, ...]]) -> None:
-        with self._lock:
-            self._check_open()
-            try:
-                self._db.execute("BEGIN IMMEDIATE")
-                try:
-                    self._db.executemany(sql, rows)
-                except BaseException:
-                    self._db.execute("ROLLBACK")
-                    raise
-                self._db.execute("COMMIT")
-            except sqlite3.Error as exc:
-                raise EvalCacheError(f"writing the eval cache {self.path} failed: {exc}") from exc
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise EvalCacheError(f"the eval cache {self.path} is closed")
+        with self._transaction() as db:
+            db.executemany(sql, rows)

@@ -36,6 +36,7 @@ Edge cases and what happens:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import threading
@@ -106,6 +107,13 @@ class PromoteResult:
     moved: bool
 
 
+def _stamped(evidence: Evidence | None, stamp: Mapping[str, str]) -> Evidence | None:
+    if not stamp:
+        return evidence
+    base = evidence if evidence is not None else Evidence()
+    return dataclasses.replace(base, extra={**base.extra, **stamp})
+
+
 def validate_prefix(prefix: str) -> str:
     """The branch prefix if ``<prefix>dev`` and ``<prefix>stable`` are valid branch names."""
     if not isinstance(prefix, str) or not prefix:
@@ -156,6 +164,13 @@ class Ledger:
         self.dev_branch = f"{prefix}dev"
         self.stable_branch = f"{prefix}stable"
         self._rng = random.Random()
+        self.stamp: dict[str, str] = {}
+        """Trailers added to every commit made from now on (on top of its evidence).
+
+        A durable run sets ``Agentdescent-Run`` / ``Agentdescent-Generation`` here
+        before each round, so after a crash the commit of a round that was never
+        recorded can be recognised and is not made a second time.
+        """
 
     # ------------------------------------------------------------ lifecycle
 
@@ -308,7 +323,8 @@ class Ledger:
                 return CommitResult(head, version, committed=False, parent=head,
                                     attempts=number)
             message = commit_message(
-                version=version + 1, base=base, diff=diff, paths=list(ops), evidence=evidence
+                version=version + 1, base=base, diff=diff, paths=list(ops),
+                evidence=_stamped(evidence, self.stamp),
             )
             sha = self.git.commit_tree(new_tree, [head], message)
             try:

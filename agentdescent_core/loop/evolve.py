@@ -176,25 +176,48 @@ class _SyncDriver(DriverBase):
     # ------------------------------------------------------------ the loop
 
     def run(self, rounds: int) -> EvolutionResult:
+        if self.begin():
+            for round_index in range(1, rounds + 1):
+                if not self.advance(round_index):
+                    break
+        return self.end()
+
+    # A caller that owns the loop (the durable LoopKernel) calls these three
+    # itself: begin() once, advance() once per round, end() once.
+
+    def begin(self) -> bool:
+        """Measure the starting head; False when the run must not start a round."""
+        self._snapshots: list[Snapshot] = []
         try:
             self.initial_reward = self.measure()
             self.note_reward(self.initial_reward)
             self.since_best = 0
             self.stop_reason = self.stop_check(self.initial_reward)
-            snapshots = [Snapshot(self.version, dict(self.state))] * self.n_workers
-            for round_index in range(1, rounds + 1):
-                if self.stop_reason is not None:
-                    break
-                if self.parts.budget.expired():
-                    self.stop_reason = "max_seconds"
-                    break
-                snapshots = self._refresh(snapshots, round_index)
-                if not self._round(round_index, snapshots):
-                    break
+            self._snapshots = [Snapshot(self.version, dict(self.state))] * self.n_workers
         except BudgetExhausted as exc:
             self.end_on_budget(exc)
         except LedgerError as exc:
             self.fail(exc)
+        return self.stop_reason is None
+
+    def advance(self, round_index: int) -> bool:
+        """Run round ``round_index``; False when the run must stop (``stop_reason`` says why)."""
+        if self.stop_reason is not None:
+            return False
+        try:
+            if self.parts.budget.expired():
+                self.stop_reason = "max_seconds"
+                return False
+            self._snapshots = self._refresh(self._snapshots, round_index)
+            return self._round(round_index, self._snapshots)
+        except BudgetExhausted as exc:
+            self.end_on_budget(exc)
+        except LedgerError as exc:
+            self.fail(exc)
+        return False
+
+    def end(self) -> EvolutionResult:
+        """Promote on a clean finish and build the result."""
         if self.stop_reason is None:
             self.stop_reason = "rounds"
         return self.finish(asynchronous=False)

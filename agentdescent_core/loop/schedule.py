@@ -1,0 +1,252 @@
+"""Scheduled sessions: is another evolution justified, and where the answer's history lives.
+
+A scheduled GitHub Action runs one ``pytest --evolve`` *session* per job, on a
+runner that starts with an empty disk.  Paying a model every night for a
+skill folder that stopped improving weeks ago is waste, so before evolving a
+session looks back at the sessions before it:
+
+- with no ``patience`` configured, or no history yet, it evolves;
+- when a marked test appeared that no earlier session knew, it evolves
+  (``tests-added``): there is something new to learn;
+- when the baseline dropped more than ``degradation`` below the best reward
+  ever recorded, it evolves (``degraded``): the world moved (a model update, a
+  changed dependency) and the skill must follow;
+- otherwise the history is replayed through :func:`run_controller` with the
+  same ``patience``: when the controller would stop on ``patience`` — the last
+  sessions did not beat the best — this session only measures the baseline
+  (``stagnant``: no model call), else it evolves.
+
+The history is a small JSON file committed on the ref ``refs/<prefix>sessions``
+of the user's repository (``refs/agentdescent/sessions`` by default), one
+commit per session, moved by compare-and-swap like the ledger branches.  Git
+was chosen over a cache step because the Action already fetches and pushes the
+ledger branches: the history travels with them, needs no service of ours and
+no cache key, cannot be evicted, and is readable with ``git show``.  It is
+outside ``refs/heads``, so it never shows up as a branch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from agentdescent_core.errors import LedgerError
+from agentdescent_core.ledger.plumbing import GitRepo, RefUpdate, RefUpdateFailed
+
+__all__ = [
+    "HISTORY_FILE",
+    "MAX_ENTRIES",
+    "SessionDecision",
+    "SessionEntry",
+    "SessionHistory",
+    "decide_session",
+    "sessions_ref",
+]
+
+HISTORY_FILE = "sessions.json"
+MAX_ENTRIES = 200  # the history is trimmed to the newest sessions; the decision reads a few
+_FORMAT = 1
+
+
+def sessions_ref(prefix: str) -> str:
+    """``refs/<prefix>sessions``: ``refs/agentdescent/sessions`` for the default prefix."""
+    return f"refs/{prefix}sessions"
+
+
+@dataclass(frozen=True)
+class SessionEntry:
+    """One finished session: what it started from and what it reached."""
+
+    started_at: float
+    base: str
+    baseline: float | None
+    final: float | None
+    evolved: bool
+    decision: str
+    reason: str
+    tasks: tuple[str, ...] = ()
+    stop_reason: str | None = None
+    error: str | None = None
+    accepted: int = 0
+
+    @property
+    def improved(self) -> bool:
+        """Did the session end above where it started (a committed, measured gain)?"""
+        return (self.error is None and self.accepted > 0 and self.baseline is not None
+                and self.final is not None and self.final > self.baseline)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["tasks"] = list(self.tasks)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SessionEntry:
+        return cls(
+            started_at=float(data.get("started_at", 0.0)),
+            base=str(data.get("base", "")),
+            baseline=_reward(data.get("baseline")),
+            final=_reward(data.get("final")),
+            evolved=bool(data.get("evolved", True)),
+            decision=str(data.get("decision", "evolve")),
+            reason=str(data.get("reason", "")),
+            tasks=tuple(str(t) for t in data.get("tasks") or ()),
+            stop_reason=None if data.get("stop_reason") is None else str(data["stop_reason"]),
+            error=None if data.get("error") is None else str(data["error"]),
+            accepted=int(data.get("accepted", 0)),
+        )
+
+
+@dataclass(frozen=True)
+class SessionDecision:
+    """Whether this session evolves, with a fixed ``code`` and a sentence for people."""
+
+    evolve: bool
+    code: str  # always | first-session | tests-added | degraded | improving | stagnant
+    reason: str
+    best: float | None = None
+    sessions: int = 0
+    new_tests: tuple[str, ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["new_tests"] = list(self.new_tests)
+        return data
+
+
+def decide_session(
+    history: Sequence[SessionEntry],
+    *,
+    baseline: float | None,
+    tasks: Sequence[str],
+    patience: int | None,
+    degradation: float = 0.15,
+) -> SessionDecision:
+    """The rule of the module docstring; ``history`` is oldest first."""
+    from agentdescent_core.loop.controller import ControllerConfig, SessionOutcome, run_controller
+
+    if patience is None:
+        return SessionDecision(True, "always", "evolve_session_patience is not set, so every "
+                                               "session evolves")
+    if not history:
+        return SessionDecision(True, "first-session", "no earlier session is recorded")
+    best = _best(history)
+    known = {t for entry in history for t in entry.tasks}
+    new = tuple(t for t in tasks if t not in known)
+    if new:
+        return SessionDecision(True, "tests-added",
+                               f"{len(new)} marked test(s) no earlier session knew: "
+                               + ", ".join(new[:5]) + (" …" if len(new) > 5 else ""),
+                               best=best, sessions=len(history), new_tests=new)
+    if best is not None and baseline is not None and baseline < best - degradation:
+        return SessionDecision(True, "degraded",
+                               f"the baseline {baseline:.3f} is more than {degradation:g} "
+                               f"below the best recorded reward {best:.3f}",
+                               best=best, sessions=len(history))
+    # Replay the informative sessions through the controller (no patience, so it
+    # never stops early) and read back which of them beat the best before them.
+    recorded = [e for e in history if e.error is None and _peak(e) is not None]
+    if not recorded:
+        return SessionDecision(True, "first-session", "no earlier session measured a reward",
+                               sessions=len(history))
+
+    def replay(index: int, seed: int) -> SessionOutcome:
+        return SessionOutcome(reward=_peak(recorded[index]), calls=0)
+
+    beat_best = [s.improved for s in run_controller(
+        replay, ControllerConfig(max_sessions=len(recorded))).sessions]
+    # a session also counts when its own evolution gained, even as the first one
+    flags = [b or e.improved for b, e in zip(beat_best, recorded, strict=False)]
+    idle = len(flags) - (max(i for i, f in enumerate(flags) if f) + 1) if any(flags) \
+        else len(flags)
+    if idle >= patience:
+        return SessionDecision(False, "stagnant",
+                               f"the last {idle} session(s) did not beat the best reward "
+                               f"{_fmt(best)} (patience {patience}) and the baseline has not "
+                               "degraded; measuring the baseline only",
+                               best=best, sessions=len(history))
+    return SessionDecision(True, "improving",
+                           f"{idle} session(s) without improvement so far, fewer than the "
+                           f"patience of {patience}", best=best, sessions=len(history))
+
+
+class SessionHistory:
+    """The sessions recorded on ``refs/<prefix>sessions`` of the repository at ``repo_path``."""
+
+    def __init__(self, repo_path: str | os.PathLike[str], *, prefix: str = "agentdescent/"
+                 ) -> None:
+        self.ref = sessions_ref(prefix)
+        self._git = GitRepo(repo_path, None)
+
+    def close(self) -> None:
+        self._git.close()
+
+    def __enter__(self) -> SessionHistory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def entries(self) -> list[SessionEntry]:
+        """Recorded sessions, oldest first ([] when the ref does not exist)."""
+        head = self._git.ref_value(self.ref)
+        return [] if head is None else self._read(head)
+
+    def append(self, entry: SessionEntry, *, attempts: int = 5) -> str:
+        """Record ``entry`` as a new commit on the ref (compare-and-swap); return its id."""
+        for _ in range(attempts):
+            head = self._git.ref_value(self.ref)
+            entries = ([] if head is None else self._read(head)) + [entry]
+            text = json.dumps({"format": _FORMAT,
+                               "sessions": [e.to_json() for e in entries[-MAX_ENTRIES:]]},
+                              indent=1, sort_keys=True) + "\n"
+            ops: dict[str, str | None] = {HISTORY_FILE: text}
+            tree = self._git.build_tree(None, ops, self._git.write_blobs(ops))
+            message = (f"agentdescent: session {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} "
+                       f"{entry.decision} ({entry.reason[:60]})\n")
+            sha = self._git.commit_tree(tree, [head] if head else [], message)
+            try:
+                self._git.update_refs([RefUpdate(self.ref, sha, head)], "agentdescent: session")
+            except RefUpdateFailed as exc:
+                if exc.kind == "race":
+                    continue
+                raise LedgerError(f"cannot record the session on {self.ref}: {exc}") from None
+            return sha
+        raise LedgerError(f"{self.ref} kept moving while recording the session; try again")
+
+    def _read(self, commit: str) -> list[SessionEntry]:
+        try:
+            blob = self._git.commit(commit).tree / HISTORY_FILE
+            data = json.loads(blob.data_stream.read().decode("utf-8"))
+        except (KeyError, ValueError, UnicodeDecodeError) as exc:
+            raise LedgerError(
+                f"{self.ref} ({commit[:12]}) does not hold a readable {HISTORY_FILE} ({exc}); "
+                f"delete the ref (git update-ref -d {self.ref}) to start a new history"
+            ) from None
+        return [SessionEntry.from_json(item) for item in data.get("sessions") or []
+                if isinstance(item, Mapping)]
+
+
+def _reward(value: object) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _peak(entry: SessionEntry) -> float | None:
+    values = [v for v in (entry.baseline, entry.final) if v is not None]
+    return max(values) if values else None
+
+
+def _best(history: Sequence[SessionEntry]) -> float | None:
+    values = [p for p in (_peak(e) for e in history if e.error is None) if p is not None]
+    return max(values) if values else None
+
+
+def _fmt(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"

@@ -1,0 +1,439 @@
+"""Re-verify an evolved change: does ``head`` really beat ``base``, touching only the artifact?
+
+This is what ``agentdescent review --base REF --head REF`` runs, for a person
+reviewing an evolution's pull request and as a required status check.  Two
+questions, in this order:
+
+1. **Scope.**  Every file that differs between the two commits (``git diff
+   base..head`` through GitPython) must lie inside the artifact roots and
+   must not be frozen: not a test module, a ``conftest.py``, the ini file, a
+   file matching ``evolve_frozen``, nor a file pytest or Python would load on
+   its own.  Any other change fails the review, naming the file, and nothing
+   is evaluated.
+2. **Evidence.**  The marked tasks and the guards run on both artifact
+   versions in the sandbox — one :class:`SandboxedVerifier` whose workspaces
+   copy the *base* commit, fed the base's and the head's artifact files read
+   from the git trees — and the project's default acceptance policy (the paired
+   permutation test with its sequential looks, at the run's repeats) decides
+   whether the improvement reproduces.  A guard failing at the head fails the
+   review too.
+
+What decides the rules is the base, never the head: the plan (roots, tasks,
+guards, frozen set, settings) is collected at the base commit, so a pull
+request cannot loosen the rules it is judged by, and no code of the head runs
+outside the sandbox.  Collecting happens in a scratch clone (``git clone
+--shared --no-checkout`` into a temporary directory, then a detached checkout
+there): the user's working tree, index, HEAD and refs are never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agentdescent_core.errors import AgentDescentError
+
+if TYPE_CHECKING:
+    import git
+
+    from agentdescent_core.evaluation.sandboxed import SandboxedVerifier
+    from agentdescent_core.stats.samples import AcceptanceDecision, TaskSamples
+    from pytest_agentdescent.probe import ProbedPlan
+
+__all__ = ["ReviewError", "ReviewResult", "ScopeViolation", "TaskRow", "review"]
+
+Log = Callable[[str], None]
+
+_CHANGE = {"A": "added", "D": "deleted", "M": "modified", "R": "renamed", "T": "type changed",
+           "C": "copied"}
+
+
+class ReviewError(AgentDescentError):
+    """The review could not be carried out (a ref that is no commit, an unusable sandbox, ...).
+
+    ``usage`` is True when the command line was at fault (exit 2), False when
+    the repository or the machine was (exit 1).
+    """
+
+    def __init__(self, message: str, *, usage: bool = False) -> None:
+        super().__init__(message)
+        self.usage = usage
+
+
+@dataclass(frozen=True)
+class ScopeViolation:
+    """A file the head changed that it may not change, and why."""
+
+    path: str
+    change: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """One test's mean reward at the base and at the head; ``flip`` as the reports name it."""
+
+    nodeid: str
+    kind: str  # "train" | "holdout" | "guard"
+    before: float
+    after: float
+    flip: str | None
+
+
+@dataclass
+class ReviewResult:
+    """The review's findings; ``failures`` holds one sentence per reason to fail."""
+
+    base: str
+    head: str
+    roots: tuple[str, ...] = ()
+    changed: list[str] = field(default_factory=list)
+    violations: list[ScopeViolation] = field(default_factory=list)
+    rows: list[TaskRow] = field(default_factory=list)
+    decision: AcceptanceDecision | None = None
+    confidence: float | None = None
+    repeats: tuple[int, int] | None = None  # (base, head) repeats per task
+    sandbox: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def to_json(self) -> dict[str, Any]:
+        decision = self.decision
+        evaluation: dict[str, Any] | None = None
+        if decision is not None:
+            evaluation = {
+                "reward_before": decision.reward_base,
+                "reward_after": decision.reward_candidate,
+                "p_improvement": decision.p_improvement,
+                "p_value": decision.p_value,
+                "threshold": decision.threshold,
+                "confidence": self.confidence,
+                "accepted": decision.accept,
+                "policy": decision.policy,
+                "reason": decision.reason,
+                "repeats": ({"base": self.repeats[0], "head": self.repeats[1]}
+                            if self.repeats else None),
+                "sandbox": self.sandbox,
+            }
+        return {
+            "ok": self.ok,
+            "base": self.base,
+            "head": self.head,
+            "roots": list(self.roots),
+            "scope": {
+                "ok": not self.violations,
+                "changed": list(self.changed),
+                "violations": [{"path": v.path, "change": v.change, "reason": v.reason}
+                               for v in self.violations],
+            },
+            "evaluation": evaluation,
+            "tasks": [{"nodeid": r.nodeid, "kind": r.kind, "before": r.before,
+                       "after": r.after, "flip": r.flip} for r in self.rows],
+            "failures": list(self.failures),
+            "warnings": list(self.warnings),
+        }
+
+
+def review(
+    start: str | os.PathLike[str],
+    base: str,
+    head: str,
+    *,
+    paths: Sequence[str] = (),
+    repeats: int | None = None,
+    sandbox: str | None = None,
+    pytest_args: Sequence[str] = (),
+    log: Log | None = None,
+) -> ReviewResult:
+    """Review ``head`` against ``base`` in the repository holding ``start`` (the cwd).
+
+    ``paths`` (relative to ``start``) replace the ini's ``evolve_paths`` as in
+    ``pytest --evolve PATH``; ``repeats`` and ``sandbox`` default to the
+    run's settings.  Raises :class:`ReviewError` when the review cannot be
+    carried out; a review that ran and found a problem returns a result
+    whose ``failures`` say what.
+    """
+    import git
+
+    say: Log = log or (lambda _text: None)
+    here = Path(os.path.realpath(start))
+    try:
+        repo = git.Repo(here, search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise ReviewError(f"{here} is not inside a git repository; run agentdescent review "
+                          "in a checkout of the project", usage=True) from None
+    try:
+        if repo.working_tree_dir is None:
+            raise ReviewError(f"{here} is in a bare repository; run agentdescent review in a "
+                              "checkout", usage=True)
+        root = Path(os.path.realpath(repo.working_tree_dir))
+        base_commit = _commit(repo, base, "--base")
+        head_commit = _commit(repo, head, "--head")
+        result = ReviewResult(base=base_commit.hexsha, head=head_commit.hexsha)
+        with tempfile.TemporaryDirectory(prefix="agentdescent-review-") as scratch_dir:
+            scratch = Path(scratch_dir) / root.name
+            say(f"collecting the plan at base {base_commit.hexsha[:12]} in a scratch clone")
+            plan = _plan_at_base(repo, root, here, scratch, base_commit.hexsha, paths,
+                                 pytest_args)
+            result.roots = plan.roots
+            _check_scope(result, plan, base_commit, head_commit)
+            if result.failures:
+                return result
+            _evaluate(result, plan, scratch, base_commit, head_commit, repeats=repeats,
+                      sandbox=sandbox, say=say)
+        return result
+    finally:
+        repo.close()
+
+
+# ---------------------------------------------------------------- the base's plan
+
+def _commit(repo: git.Repo, ref: str, option: str) -> Any:
+    import git
+
+    try:
+        return repo.commit(ref)
+    except (git.BadName, git.BadObject, ValueError):
+        raise ReviewError(f"{option} {ref!r} is not a commit of the repository at "
+                          f"{repo.working_tree_dir}; give a branch, tag or sha (fetch it first, "
+                          f"e.g. git fetch origin {ref})", usage=True) from None
+
+
+def _plan_at_base(repo: git.Repo, root: Path, here: Path, scratch: Path, base: str,
+                  paths: Sequence[str], pytest_args: Sequence[str]) -> ProbedPlan:
+    """Collect at ``base`` in a scratch clone sharing the repository's objects."""
+    import git
+
+    from pytest_agentdescent.probe import ProbeError, probe_plan
+
+    try:
+        clone = git.Repo.clone_from(str(root), str(scratch), shared=True, no_checkout=True,
+                                    quiet=True)
+        try:
+            clone.git.checkout("--quiet", "--detach", base)
+        finally:
+            clone.close()
+    except git.GitCommandError as exc:
+        raise ReviewError(f"could not check out base {base[:12]} in a scratch clone: "
+                          f"{str(exc.stderr).strip()}") from None
+    where = here.relative_to(root) if here != root else Path()
+    cwd = scratch / where
+    if not cwd.is_dir():
+        raise ReviewError(f"the directory {where} does not exist at base {base[:12]}; run "
+                          "agentdescent review from the project's directory")
+    mapped: list[str] = []
+    for given in paths:
+        full = Path(os.path.realpath(here / given))
+        try:
+            rel = full.relative_to(root)
+        except ValueError:
+            raise ReviewError(f"path {given!r} lies outside the repository {root}; give the "
+                              "artifact folder inside it", usage=True) from None
+        mapped.append(str(scratch / rel))
+    try:
+        return probe_plan(cwd, paths=mapped, pytest_args=pytest_args)
+    except ProbeError as exc:
+        raise ReviewError(f"pytest --evolve cannot collect at base {base[:12]} ({exc.kind} "
+                          f"error): {exc.message}") from None
+
+
+# ---------------------------------------------------------------- (a) scope
+
+def _check_scope(result: ReviewResult, plan: ProbedPlan, base: Any, head: Any) -> None:
+    from agentdescent_core.artifacts.paths import is_executable_config
+
+    frozen = plan.frozen_set()
+    changed: dict[str, str] = {}
+    for diff in base.diff(head):
+        change = _CHANGE.get(str(diff.change_type)[:1], str(diff.change_type))
+        for path in (diff.a_path, diff.b_path):
+            if path:
+                changed.setdefault(path, change)
+    result.changed = sorted(changed)
+    for path in result.changed:
+        reason = frozen.reason(path)
+        if reason is None and is_executable_config(path):
+            reason = "it is a file pytest or Python would load and execute on its own"
+        if reason is not None:
+            result.violations.append(ScopeViolation(path, changed[path], reason))
+    for v in result.violations:
+        result.failures.append(f"{v.path} ({v.change}) may not change: {v.reason}")
+    if result.violations:
+        roots = ", ".join(plan.roots)
+        result.failures.append(
+            f"head changes {len(result.violations)} file(s) outside what evolution may touch; "
+            f"an evolved change edits only the artifact files under {roots} (tests, conftest, "
+            "config and code stay as they are): drop those changes from the head")
+    elif not any(_inside(path, plan.roots) for path in result.changed):
+        result.failures.append(
+            "head changes no artifact file against base, so there is no improvement to verify; "
+            "check the --base and --head refs")
+
+
+def _inside(path: str, roots: Sequence[str]) -> bool:
+    return any(path == root or path.startswith(root + "/") for root in roots)
+
+
+# ---------------------------------------------------------------- (b) evidence
+
+def _evaluate(result: ReviewResult, plan: ProbedPlan, scratch: Path, base: Any, head: Any, *,
+              repeats: int | None, sandbox: str | None, say: Log) -> None:
+    from agentdescent_core.artifacts.filetree import FileTree
+    from agentdescent_core.errors import RefusalError
+
+    settings = plan.settings
+    frozen = plan.frozen_set()
+    tree = FileTree(plan.roots, frozen=frozen)
+    try:
+        base_state = tree.load_git(base.tree)
+    except RefusalError as exc:
+        raise ReviewError(f"the artifact cannot be read at base: {exc}") from None
+    try:
+        head_state = tree.load_git(head.tree)
+    except RefusalError as exc:
+        result.failures.append(f"the artifact cannot be read at head: {exc}")
+        return
+    if not plan.tasks:
+        result.failures.append("no test is marked @pytest.mark.evolve at base, so there is "
+                               "nothing to measure the improvement on")
+        return
+    backend = _backend(sandbox or str(settings.get("sandbox", "auto")))
+    result.sandbox = backend.name
+    verifier = _verifier(plan, scratch, base.hexsha, tree, backend, result)
+    try:
+        _measure(result, plan, verifier, base_state, head_state, repeats, say)
+    finally:
+        verifier.close()
+
+
+def _backend(name: str) -> Any:
+    from agentdescent_core.sandbox.select import get_backend
+
+    try:
+        backend = get_backend(name)
+    except ValueError as exc:
+        raise ReviewError(str(exc), usage=True) from None
+    reason = backend.unavailable_reason()
+    if reason is not None:
+        raise ReviewError(f"--sandbox {name}: the {backend.name} backend is not usable here "
+                          f"({reason}); install it or choose another with --sandbox (auto picks "
+                          "the strongest that works)", usage=True)
+    return backend
+
+
+def _verifier(plan: ProbedPlan, scratch: Path, base: str, tree: Any, backend: Any,
+              result: ReviewResult) -> SandboxedVerifier:
+    from agentdescent_core.evaluation.sandboxed import SandboxedVerifier
+    from agentdescent_core.sandbox.local import SandboxSetupError
+
+    settings = plan.settings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            verifier = SandboxedVerifier(
+                scratch, base, plan.split(), tree=tree, frozen=plan.frozen_set(),
+                backend=backend, cache=None,
+                env_allow=tuple(settings.get("env", ())),
+                network=settings.get("network", "default"),
+                test_timeout=float(settings.get("test_timeout", 60.0)),
+                eval_concurrency=int(settings.get("eval_concurrency", 1)),
+                subdir=plan.subdir,
+            )
+        except (SandboxSetupError, ValueError) as exc:
+            raise ReviewError(f"cannot set up the sandbox: {exc}") from None
+    result.warnings.extend(str(w.message) for w in caught)
+    return verifier
+
+
+def _measure(result: ReviewResult, plan: ProbedPlan, verifier: SandboxedVerifier,
+             base_state: Mapping[str, str], head_state: Mapping[str, str],
+             repeats: int | None, say: Log) -> None:
+    from agentdescent_core.aggregator.checks import MAX_LOOKS
+    from agentdescent_core.stats.policies import (
+        DEFAULT_POLICY,
+        baseline_repeats,
+        get_acceptance_policy,
+    )
+
+    first = repeats if repeats is not None else int(plan.settings.get("repeats", 2))
+    options = {"repeats": first} if DEFAULT_POLICY == "paired" else {}
+    policy = get_acceptance_policy(DEFAULT_POLICY, **options)
+    base_repeats = baseline_repeats(first)
+    split = verifier.split
+    tasks = list(split.eval_tasks)
+    say(f"evaluating {len(tasks)} tasks at base ({base_repeats} repeats each, sandbox "
+        f"{verifier.backend.name})")
+    base_samples = verifier.evaluate(base_state, tasks, base_repeats)
+    if _unusable(result, verifier, base_state, "base"):
+        return
+    have = first
+    say(f"evaluating {len(tasks)} tasks at head ({have} repeats each)")
+    samples = verifier.evaluate(head_state, tasks, have)
+    if _unusable(result, verifier, head_state, "head"):
+        return
+    decision = policy.decide(base_samples, samples)
+    looks = 1
+    while decision.more_repeats > 0 and looks < MAX_LOOKS:
+        have += decision.more_repeats
+        say(f"not decided yet; evaluating the head at {have} repeats")
+        samples = verifier.evaluate(head_state, tasks, have)
+        decision = policy.decide(base_samples, samples)
+        looks += 1
+    result.decision = decision
+    result.repeats = (base_repeats, have)
+    alpha = getattr(policy, "alpha", None)
+    result.confidence = 1.0 - float(alpha) if isinstance(alpha, float) else None
+    held = set(split.held_out)
+    result.rows = _rows(base_samples, samples, tasks, held)
+    if not decision.accept:
+        result.failures.append(f"the improvement does not reproduce: {decision.reason}")
+    guards = list(split.guards)
+    if guards:
+        say(f"evaluating {len(guards)} guard(s) at base and head ({first} repeats each)")
+        g_before = verifier.evaluate(base_state, guards, first)
+        g_after = verifier.evaluate(head_state, guards, first)
+        from agentdescent_core.stats.samples import PASS_THRESHOLD
+
+        for row in _rows(g_before, g_after, guards, set(), kind="guard"):
+            result.rows.append(row)
+            if row.after < PASS_THRESHOLD:
+                also = " (it fails at base too)" if row.before < PASS_THRESHOLD else ""
+                result.failures.append(f"guard {row.nodeid} fails at head (mean reward "
+                                       f"{row.after:.2f}){also}; guards must keep passing")
+
+
+def _unusable(result: ReviewResult, verifier: SandboxedVerifier, state: Mapping[str, str],
+              which: str) -> bool:
+    problem = verifier.candidate_error(state)
+    if problem is not None:
+        result.failures.append(f"the tests do not run with the {which}'s artifact: {problem}")
+        return True
+    refusal = verifier.disqualification(state)
+    if refusal is not None:
+        result.failures.append(f"running the tests with the {which}'s artifact changed frozen "
+                               f"files: {refusal.message}")
+        return True
+    return False
+
+
+def _rows(before: TaskSamples, after: TaskSamples, tasks: Sequence[str], held: set[str], *,
+          kind: str | None = None) -> list[TaskRow]:
+    from agentdescent_core.stats.samples import PASS_THRESHOLD
+
+    rows: list[TaskRow] = []
+    for nodeid in tasks:
+        b, a = before.mean(nodeid), after.mean(nodeid)
+        was, now = b >= PASS_THRESHOLD, a >= PASS_THRESHOLD
+        flip = None if was == now else ("fail->pass" if now else "pass->fail")
+        rows.append(TaskRow(nodeid, kind or ("holdout" if nodeid in held else "train"),
+                            b, a, flip))
+    return rows

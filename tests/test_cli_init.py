@@ -1,0 +1,182 @@
+"""``agentdescent init``: the workflow it writes, the ini keys it adds, what it refuses."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from conftest import make_user_repo, write
+
+from pytest_agentdescent.cli import main
+from pytest_agentdescent.cli.inifile import IniFile, find_inifile, set_keys
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    user = make_user_repo(tmp_path / "project")
+    user.repo.close()
+    return user.path
+
+
+def run_init(project: Path, *args: str) -> tuple[int, str, str]:
+    runner = CliRunner()
+    old = Path.cwd()
+    os.chdir(project)
+    try:
+        result = runner.invoke(main, ["init", *args], catch_exceptions=False)
+    finally:
+        os.chdir(old)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_writes_a_scheduled_workflow_with_permissions_and_concurrency(project: Path) -> None:
+    code, out, _ = run_init(project, "--model", "anthropic:claude-sonnet-4-5",
+                            "--schedule", "0 3 * * *")
+    assert code == 0
+    assert "wrote .github/workflows/agentdescent.yml" in out
+    text = (project / ".github/workflows/agentdescent.yml").read_text(encoding="utf-8")
+    flow = yaml.safe_load(text)
+    triggers = flow[True]  # YAML 1.1 reads the key `on` as True
+    assert triggers["schedule"] == [{"cron": "0 3 * * *"}]
+    assert "workflow_dispatch" in triggers
+    assert flow["permissions"] == {"contents": "write", "pull-requests": "write"}
+    assert flow["concurrency"]["cancel-in-progress"] is False
+    steps = flow["jobs"]["evolve"]["steps"]
+    assert steps[0]["uses"].startswith("actions/checkout@")
+    assert steps[0]["with"]["fetch-depth"] == 0
+    action = next(s for s in steps if s.get("id") == "agentdescent")
+    assert action["with"]["paths"] == "skills/"
+    assert action["env"] == {"ANTHROPIC_API_KEY": "${{ secrets.ANTHROPIC_API_KEY }}"}
+    # Every run step names its shell and splices no expression into the script.
+    for step in steps:
+        if "run" in step:
+            assert "${{" not in step["run"]
+
+
+def test_adds_tuning_keys_to_a_new_pytest_ini_but_never_evolve_paths(project: Path) -> None:
+    code, out, _ = run_init(project, "--model", "openai:gpt-4o-mini", "--rounds", "4")
+    assert code == 0
+    ini = (project / "pytest.ini").read_text(encoding="utf-8")
+    assert ini == "[pytest]\nevolve_rounds = 4\nevolve_model = openai:gpt-4o-mini\n"
+    assert "set evolve_rounds, evolve_model in pytest.ini [pytest]" in out
+    flow = yaml.safe_load((project / ".github/workflows/agentdescent.yml").read_text())
+    action = next(s for s in flow["jobs"]["evolve"]["steps"] if s.get("id") == "agentdescent")
+    assert action["env"] == {"OPENAI_API_KEY": "${{ secrets.OPENAI_API_KEY }}"}
+
+
+PYPROJECT = """\
+[project]
+name = "demo"   # keep this comment
+
+[tool.pytest.ini_options]
+# the user's own comment
+addopts = "-ra"
+markers = [
+    "slow: slow tests",
+]
+
+[tool.ruff]
+line-length = 99
+"""
+
+
+def test_edits_pyproject_minimally(project: Path) -> None:
+    write(project / "pyproject.toml", PYPROJECT)
+    code, _, _ = run_init(project)
+    assert code == 0
+    text = (project / "pyproject.toml").read_text(encoding="utf-8")
+    assert text == PYPROJECT.replace(
+        '    "slow: slow tests",\n]\n', '    "slow: slow tests",\n]\nevolve_rounds = "10"\n')
+    assert not (project / "pytest.ini").exists()
+
+
+@pytest.mark.parametrize(("name", "header"), [("tox.ini", "[pytest]"),
+                                               ("setup.cfg", "[tool:pytest]")])
+def test_uses_the_ini_file_the_project_has(project: Path, name: str, header: str) -> None:
+    original = (f"[flake8]\nmax-line-length = 99\n\n{header}\ntestpaths =\n    tests\n\n"
+                "[other]\nx = 1\n")
+    write(project / name, original)
+    code, out, _ = run_init(project)
+    assert code == 0, out
+    expected = original.replace("    tests\n", "    tests\nevolve_rounds = 10\n")
+    assert (project / name).read_text(encoding="utf-8") == expected
+    assert not (project / "pytest.ini").exists()
+
+
+def test_refuses_to_overwrite_without_force(project: Path) -> None:
+    write(project / "pytest.ini", "[pytest]\nevolve_rounds = 3\n")
+    write(project / ".github/workflows/agentdescent.yml", "name: mine\n")
+    code, _, err = run_init(project)
+    assert code == 1
+    assert ".github/workflows/agentdescent.yml exists" in err
+    assert "evolve_rounds already set in pytest.ini" in err
+    assert "--force" in err
+    # Nothing was written.
+    assert (project / ".github/workflows/agentdescent.yml").read_text() == "name: mine\n"
+    assert (project / "pytest.ini").read_text() == "[pytest]\nevolve_rounds = 3\n"
+
+    code, _, _ = run_init(project, "--force", "--rounds", "7")
+    assert code == 0
+    assert (project / "pytest.ini").read_text() == "[pytest]\nevolve_rounds = 7\n"
+    assert "agentdescent" in yaml.safe_load(
+        (project / ".github/workflows/agentdescent.yml").read_text())["name"]
+
+
+def test_missing_artifact_root_and_bad_options(project: Path) -> None:
+    code, _, err = run_init(project, "--paths", "prompts/")
+    assert code == 1
+    assert "prompts/ does not exist" in err
+    code, _, err = run_init(project, "--schedule", "every day")
+    assert code == 2
+    assert "--schedule" in err
+    code, _, err = run_init(project, "--model", "gpt-4")
+    assert code == 2
+    assert "anthropic:MODEL or openai:MODEL" in err
+    assert not (project / ".github").exists()
+
+
+def test_several_roots_and_a_file_root(project: Path) -> None:
+    code, _, _ = run_init(project, "--paths", "skills/greet", "--paths", "AGENTS.md")
+    assert code == 0
+    flow = yaml.safe_load((project / ".github/workflows/agentdescent.yml").read_text())
+    action = next(s for s in flow["jobs"]["evolve"]["steps"] if s.get("id") == "agentdescent")
+    assert action["with"]["paths"] == "skills/greet/ AGENTS.md"
+
+
+def test_find_inifile_follows_pytests_order(tmp_path: Path) -> None:
+    write(tmp_path / "setup.cfg", "[tool:pytest]\n")
+    write(tmp_path / "pyproject.toml", "[project]\nname = 'x'\n")  # no pytest table
+    assert find_inifile(tmp_path) == IniFile(tmp_path / "setup.cfg", "tool:pytest")
+    write(tmp_path / "tox.ini", "[pytest]\n")
+    assert find_inifile(tmp_path) == IniFile(tmp_path / "tox.ini", "pytest")
+    write(tmp_path / "pyproject.toml", "[tool.pytest]\nminversion = '9.0'\n")
+    assert find_inifile(tmp_path) == IniFile(tmp_path / "pyproject.toml", "tool.pytest")
+    write(tmp_path / "pytest.ini", "")
+    assert find_inifile(tmp_path) == IniFile(tmp_path / "pytest.ini", "pytest")
+    sub = tmp_path / "pkg" / "deep"
+    sub.mkdir(parents=True)
+    assert find_inifile(sub) == IniFile(tmp_path / "pytest.ini", "pytest")
+    assert find_inifile(sub, stop=sub) is None
+
+
+def test_set_keys_native_toml_table_and_replacing_a_multiline_value(tmp_path: Path) -> None:
+    path = tmp_path / "pyproject.toml"
+    write(path, '[tool.pytest]\nevolve_paths = [\n  "a/",\n  "b/",\n]\nx = 1\n')
+    ini = IniFile(path, "tool.pytest")
+    assert set_keys(ini, {"evolve_paths": ["skills/"]}, force=False) == ([], ["evolve_paths"])
+    written, present = set_keys(ini, {"evolve_paths": ["skills/"]}, force=True)
+    assert (written, present) == (["evolve_paths"], ["evolve_paths"])
+    assert path.read_text() == '[tool.pytest]\nevolve_paths = ["skills/"]\nx = 1\n'
+    assert ini.paths("evolve_paths") == ["skills/"]
+
+
+def test_docs_show_the_workflow_init_writes() -> None:
+    from pytest_agentdescent.cli.init import DEFAULT_SCHEDULE, render_workflow
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "ci.md").read_text(encoding="utf-8")
+    shown = doc.split("The workflow it writes, in full:\n\n```yaml\n", 1)[1].split("```", 1)[0]
+    assert shown == render_workflow(paths=["skills/"], schedule=DEFAULT_SCHEDULE,
+                                    model="anthropic:claude-sonnet-4-5")

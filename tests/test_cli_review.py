@@ -1,0 +1,112 @@
+"""``agentdescent review --base REF --head REF`` on real repositories, as a status check runs it.
+
+The agent repository of the session tests: marked tests fail with "missing
+rule: WORD" until ``skills/support/rules.md`` has a line for WORD.  An honest
+head adds the rules (passes); a head that also edits the tests fails naming
+the test file before anything runs; a head that changes the skill without
+fixing anything fails the acceptance test.  The user's checkout is
+byte-for-byte the same afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import snapshot, user_git, write
+from test_cli_check import agentdescent, explain
+from test_session_runs import RULES, WORDS, make_agent_repo
+
+pytestmark = pytest.mark.slow
+
+BETTER = "# Support rules\n\n- greeting: say hi\n" + "".join(f"- {w}: answer it\n" for w in WORDS)
+
+
+def branch(repo: Path, name: str, files: dict[str, str]) -> None:
+    """A branch ``name`` off main with ``files`` changed, made without touching the checkout."""
+    user_git(repo, "worktree", "add", "--quiet", "-b", name, str(repo.parent / name), "main")
+    other = repo.parent / name
+    for rel, text in files.items():
+        write(other / rel, text)
+    user_git(other, "add", "-A")
+    user_git(other, "commit", "--quiet", "-m", name)
+    user_git(repo, "worktree", "remove", "--force", str(other))
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Path:
+    repo = tmp_path / "agent"
+    make_agent_repo(repo, ini="evolve_paths = skills\nevolve_sandbox = local\n")
+    branch(repo, "honest", {RULES: BETTER})
+    branch(repo, "edits-tests", {RULES: BETTER,
+                                 "tests/test_bot.py": "def test_answers():\n    pass\n"})
+    branch(repo, "not-better", {"skills/support/style.md": "Be brief, and kind.\n"})
+    write(repo / "notes.txt", "work in progress\n")  # the reviewer's own uncommitted work
+    return repo
+
+
+def test_an_honest_head_passes(agent: Path) -> None:
+    before = snapshot(agent)
+
+    result = agentdescent(agent, "review", "--base", "main", "--head", "honest")
+
+    assert result.returncode == 0, explain(result)
+    out = result.stdout
+    assert "scope   ok: 1 changed file(s), all evolvable under skills" in out
+    assert "tests/test_bot.py::test_answers[hello-0]" in out
+    assert "fail->pass" in out
+    assert "reward  0.000 -> 1.000; P(improvement) 1.00" in out
+    assert "result  PASSED" in out
+    assert snapshot(agent) == before
+    assert user_git(agent, "status", "--porcelain") == "?? notes.txt"
+
+
+def test_json_has_the_table_and_the_numbers(agent: Path) -> None:
+    result = agentdescent(agent, "review", "--base", "main", "--head", "honest", "--json",
+                          "--repeats", "1")
+
+    assert result.returncode == 0, explain(result)
+    data = json.loads(result.stdout)
+    assert data["ok"] is True
+    assert data["scope"] == {"ok": True, "changed": [RULES], "violations": []}
+    evaluation = data["evaluation"]
+    assert (evaluation["reward_before"], evaluation["reward_after"]) == (0.0, 1.0)
+    assert evaluation["accepted"] is True
+    assert evaluation["p_improvement"] > 0.95
+    assert evaluation["repeats"]["base"] == 12  # the baseline repeats for 1 candidate repeat
+    assert evaluation["sandbox"] == "local"
+    kinds = {row["nodeid"]: row["kind"] for row in data["tasks"]}
+    assert kinds["tests/test_bot.py::test_rules_keep_their_title"] == "guard"
+    assert kinds["tests/test_bot.py::test_answers[hello-2]"] == "holdout"
+    assert all(row["flip"] == "fail->pass" for row in data["tasks"] if row["kind"] != "guard")
+
+
+def test_a_head_that_edits_tests_fails_naming_the_file(agent: Path) -> None:
+    before = snapshot(agent)
+
+    result = agentdescent(agent, "review", "--base", "main", "--head", "edits-tests")
+
+    assert result.returncode == 1, explain(result)
+    assert "modified  tests/test_bot.py" in result.stdout
+    assert "FAILED: tests/test_bot.py (modified) may not change" in result.stderr
+    assert "evaluating" not in result.stderr  # nothing ran
+    assert snapshot(agent) == before
+
+
+def test_a_head_that_is_not_better_fails(agent: Path) -> None:
+    result = agentdescent(agent, "review", "--base", "main", "--head", "not-better", "--json")
+
+    assert result.returncode == 1, explain(result)
+    data = json.loads(result.stdout)
+    assert data["scope"]["ok"] is True
+    assert data["evaluation"]["accepted"] is False
+    assert data["evaluation"]["reward_after"] == 0.0
+    assert "FAILED: the improvement does not reproduce" in result.stderr
+
+
+def test_a_ref_that_is_no_commit_is_a_usage_error(agent: Path) -> None:
+    result = agentdescent(agent, "review", "--base", "main", "--head", "no-such-branch")
+
+    assert result.returncode == 2, explain(result)
+    assert "--head 'no-such-branch' is not a commit" in result.stderr
