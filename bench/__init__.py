@@ -1,4 +1,6 @@
-"""Benchmarks of pytest-agentdescent (not tests): run them as ``python -m bench.<name>``.
+"""Benchmarks of pytest-agentdescent (not tests): ``python -m bench`` runs them all.
+
+Each part also runs alone as ``python -m bench.<name>``.
 
 Each writes its recorded results to ``bench/results/<name>.json`` with the
 machine, date, seed and parameters it ran with.

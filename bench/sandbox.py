@@ -178,11 +178,18 @@ def measure_reset(
         shutil.rmtree(base, ignore_errors=True)
 
 
-def run_reset(files: int, repeats: int, *, progress: bool = True) -> dict[str, Any]:
-    """The ``reset`` part of the record: ``files`` / 10 and ``files`` entries."""
+def run_reset(files: int, repeats: int, *, progress: bool = True,
+              scaling_run: bool = True) -> dict[str, Any]:
+    """The ``reset`` part of the record: ``files`` / 10 and ``files`` entries.
+
+    ``scaling_run=False`` measures the ``files`` repository only (the quick
+    mode of ``python -m bench``, where building a second repository costs more
+    than it tells).
+    """
     started = time.perf_counter()
     scaling = []
-    for count in sorted({max(files // 10, 100), files}):
+    sizes = {max(files // 10, 100), files} if scaling_run else {files}
+    for count in sorted(sizes):
         if progress:
             print(f"  reset: {count} files, {repeats} repeats ...", file=sys.stderr, flush=True)
         scaling.append(measure_reset(count, repeats))
