@@ -62,8 +62,9 @@ _SESSION = "agentdescent-session"
 _FORMAT = 1
 
 NO_PATHS_MESSAGE = (
-    "no artifact paths: give the folders or files to evolve (e.g. `agentdescent run skills/`) "
-    "or set evolve_paths in the [pytest] section of your ini file"
+    "no artifact paths: give the folders or files to evolve on the command line (e.g. "
+    "`agentdescent check skills/`, `agentdescent run skills/`) or set evolve_paths in the "
+    "[pytest] section of your ini file (which makes every plain pytest run an evolution)"
 )
 
 

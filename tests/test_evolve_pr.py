@@ -44,7 +44,8 @@ def test_evolve_pr_pushes_stable_and_opens_then_updates_one_pull_request(
         pull = pulls[0]
         assert pull["head"]["ref"] == "agentdescent/stable"
         assert PR_MARKER in pull["body"]
-        assert "agentdescent review --base" in pull["body"]
+        stable_sha = ledger_refs(repo)["refs/heads/agentdescent/stable"]
+        assert f"--head {stable_sha} skills" in pull["body"]  # runnable without evolve_paths
         stable = ledger_refs(repo)["refs/heads/agentdescent/stable"]
         pushed = subprocess.run(["git", "-C", str(remote), "rev-parse",
                                  "refs/heads/agentdescent/stable"],

@@ -272,3 +272,15 @@ def test_unreachable_api_names_github_api_url(user_repo: UserRepo, remote: Path)
     with pytest.raises(GitHubError, match="GITHUB_API_URL") as caught:
         publish_pull_request(user_repo.path, token=TOKEN, api_url=dead, base="main")
     assert TOKEN not in _chain_text(caught.value)
+
+
+def test_the_review_command_names_the_roots_and_the_project_directory() -> None:
+    from agentdescent_core.github.pr import default_review_command
+
+    assert default_review_command("b" * 7, "h" * 7, None) == \
+        "agentdescent review --base bbbbbbb --head hhhhhhh"
+    assert default_review_command("b", "h", {"roots": ["skills"], "subdir": ""}) == \
+        "agentdescent review --base b --head h skills"
+    assert default_review_command(
+        "b", "h", {"roots": ["apps/bot/skills", "apps/bot/AGENTS.md"], "subdir": "apps/bot"}
+    ) == "cd apps/bot && agentdescent review --base b --head h skills AGENTS.md"

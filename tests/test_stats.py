@@ -370,3 +370,14 @@ def test_beta_policy_regression_guard():
     d = BetaPolicy(base_delta=0.9).decide(base, cand)
     assert not d.accept
     assert "pooled pass rate fell 0.350 -> 0.300 (regression guard)" in d.reason
+
+
+def test_posterior_improvement_compares_on_equal_evidence():
+    # The base is measured with 24 repeats, the candidate with 2: a task both
+    # always pass must not make the better-measured base look better.
+    tasks = [f"t{i}" for i in range(18)]
+    base = TaskSamples({t: [1.0] * 24 for t in tasks[:-1]} | {tasks[-1]: [0.0] * 24})
+    fixed = TaskSamples({t: [1.0, 1.0] for t in tasks})
+    assert posterior_improvement(base, fixed) > 0.9
+    same = TaskSamples({t: [1.0, 1.0] for t in tasks[:-1]} | {tasks[-1]: [0.0, 0.0]})
+    assert 0.3 < posterior_improvement(base, same) < 0.7

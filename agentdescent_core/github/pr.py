@@ -22,6 +22,7 @@ outside the prefix is created or moved, and the user's working tree, index and
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -171,7 +172,7 @@ def _publish(handle: GitRemote, *, token: str, api_url: str, repository: str | N
             return PullRequestOutcome("closed", number, url, branch, base, pushed,
                                       f"closed pull request #{number}: {reason}")
         versions = [version_entry(r) for r in _lineage(handle, base_sha, stable_sha)]
-        command = review_command or f"agentdescent review --base {base_sha} --head {stable_sha}"
+        command = review_command or default_review_command(base_sha, stable_sha, report)
         body = render_pr_body(report, ledger_versions=versions, diffstat=diffstat,
                               review_command=command)
         title = _title(report, versions)
@@ -255,3 +256,25 @@ def _title(report: Mapping[str, Any] | None, versions: Sequence[Mapping[str, Any
     if before is not None and after is not None:
         title += f", reward {before:.2f} → {after:.2f}"
     return title
+
+
+def default_review_command(base_sha: str, head_sha: str,
+                           report: Mapping[str, Any] | None) -> str:
+    """The command a reviewer runs to reproduce the claim, from where pytest runs.
+
+    The artifact roots come from the run's report (repo-relative there; given
+    relative to the project's directory here), so the command works without
+    ``evolve_paths`` in the ini file; a project in a subdirectory of the
+    repository gets a ``cd`` first.
+    """
+    command = f"agentdescent review --base {base_sha} --head {head_sha}"
+    if not report:
+        return command
+    subdir = str(report.get("subdir") or "").strip("/")
+    roots = [str(root) for root in report.get("roots") or ()]
+    if subdir:
+        roots = [root[len(subdir) + 1:] if root.startswith(subdir + "/") else root
+                 for root in roots]
+    if roots:
+        command += " " + " ".join(shlex.quote(root) for root in roots)
+    return f"cd {shlex.quote(subdir)} && {command}" if subdir else command

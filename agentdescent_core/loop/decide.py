@@ -219,13 +219,13 @@ def decide(state: LoopState, observation: LoopObservation, *, generation: int,
         if verdict == "pass":
             action = "accept"
             reason = ("first candidate: sets the baseline" if gain is None
-                      else f"reward {reward} improves on the best {best} by {gain:.6g}")
+                      else f"reward {reward:.6g} improves on the best {best:.6g} by {gain:.6g}")
         else:
             action, reason = verdict, why
     else:
         action = "reject"
-        reason = (f"reward {reward} does not improve on the best {best} by more than "
-                  f"{min_gain}")
+        reason = (f"reward {reward:.6g} does not improve on the best {best:.6g} by more than "
+                  f"{min_gain:g}")
     best_after = reward if action == "accept" else best
     stagnation_after = 0 if action == "accept" else state.stagnation + 1
     total_after = state.total_cost + observation.cost

@@ -42,8 +42,10 @@ def posterior_improvement(
 ) -> float:
     """P(weighted mean pass rate of the candidate > that of the base), by posterior sampling.
 
-    Each task has its own Beta posterior for each version, so a task that both
-    versions always pass adds a little uncertainty but no direction.  Seeded:
+    Each task has its own Beta posterior for each version, on equal evidence
+    (both sides' counts scaled to the smaller number of runs).  The comparison
+    is paired: a task with the same evidence on both sides cancels out, so
+    P(improvement) is about the tasks that changed (identical versions: 0.5).  Seeded:
     the same samples always give the same number (Monte Carlo error about
     ``0.5 / sqrt(draws)`` at worst).
     """
@@ -55,8 +57,24 @@ def posterior_improvement(
     weights = weights / weights.sum()
     sb, fb = _task_counts(base)
     sc, fc = _task_counts(candidate)
-    theta_b = rng.beta(1.0 + sb, 1.0 + fb, size=(draws, sb.size)) @ weights
-    theta_c = rng.beta(1.0 + sc, 1.0 + fc, size=(draws, sc.size)) @ weights
+    # Compare on equal evidence: the base is usually measured with many more
+    # repeats than a candidate, and a task both always pass would otherwise
+    # look better-known, hence better, on the base side.  Each side's counts
+    # keep their rate but are scaled to the smaller number of runs per task.
+    nb, nc = sb + fb, sc + fc
+    runs = np.minimum(nb, nc)
+    scale_b = np.divide(runs, nb, out=np.zeros_like(runs), where=nb > 0)
+    scale_c = np.divide(runs, nc, out=np.zeros_like(runs), where=nc > 0)
+    sb, fb, sc, fc = sb * scale_b, fb * scale_b, sc * scale_c, fc * scale_c
+    # Paired: a task with the same evidence on both sides has the same posterior,
+    # so it moves both weighted means alike and cancels; only the tasks whose
+    # evidence differs are drawn (independently per side).
+    differ = ~(np.isclose(sb, sc) & np.isclose(fb, fc))
+    if not differ.any():
+        return 0.5
+    w = weights[differ]
+    theta_b = rng.beta(1.0 + sb[differ], 1.0 + fb[differ], size=(draws, int(differ.sum()))) @ w
+    theta_c = rng.beta(1.0 + sc[differ], 1.0 + fc[differ], size=(draws, int(differ.sum()))) @ w
     return float(np.mean(theta_c > theta_b))
 
 
