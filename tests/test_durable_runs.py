@@ -209,7 +209,7 @@ def test_a_second_run_on_the_same_repository_is_refused_naming_the_holder(
         assert second.returncode == 4, explain(second)
         message = second.stderr + second.stdout
         assert "another agentdescent run holds this repository" in message
-        assert f":{holder.pid}:" in message
+        assert f":{holder.pid}@" in message
         assert "lease expires at" in message
     finally:
         release.write_text("go")

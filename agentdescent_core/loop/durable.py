@@ -458,4 +458,12 @@ def holder_alive(holder: str) -> bool | None:
         return True
     except OSError:
         return None
-    return True
+    return not _zombie(int(pid_text))  # killed, not yet reaped by its parent
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[-1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False

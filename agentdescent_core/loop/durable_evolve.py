@@ -28,7 +28,6 @@ import contextlib
 import dataclasses
 import math
 import os
-import socket
 import threading
 import time
 import uuid
@@ -38,7 +37,7 @@ from pathlib import Path
 
 from agentdescent_core.errors import AgentDescentError, LedgerError
 from agentdescent_core.ledger.ledger import Ledger
-from agentdescent_core.loop.durable import LeaseHeld, SqliteRunStore
+from agentdescent_core.loop.durable import LeaseHeld, SqliteRunStore, holder_alive, worker_id
 from agentdescent_core.loop.kernel import (
     LoopConfig,
     LoopContext,
@@ -56,8 +55,10 @@ __all__ = [
     "DurableOutcome",
     "RepositoryLease",
     "RunRefused",
+    "clear_stale_ref_locks",
     "evolve_durably",
     "holder_name",
+    "loop_config",
 ]
 
 RUN_TRAILER = "Agentdescent-Run"
@@ -80,34 +81,13 @@ class RunRefused(AgentDescentError):
 
 
 def holder_name() -> str:
-    """``host:pid:token`` — enough to tell whether a holder on this host is still alive."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    """``agentdescent-<token>:<pid>@<host>``: unique per run, and a dead holder is recognisable."""
+    return worker_id(f"agentdescent-{uuid.uuid4().hex[:8]}")
 
 
 def _holder_is_dead(holder: str) -> bool:
     """True only when the holder ran on this host and its process is gone."""
-    host, _, rest = holder.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return False
-    pid = int(pid_text)
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return _is_zombie(pid)
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            return handle.read().rsplit(")", 1)[-1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return False
+    return holder_alive(holder) is False
 
 
 class RepositoryLease:
@@ -136,7 +116,7 @@ class RepositoryLease:
             if not _holder_is_dead(held.holder):
                 raise RunRefused(
                     f"another agentdescent run holds this repository: {held.holder} "
-                    f"(host:pid), its lease expires at "
+                    f"(name:pid@host), its lease expires at "
                     f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(held.expires_at))} "
                     f"(in {max(0, math.ceil(held.expires_at - time.time()))} s); wait for it "
                     "to finish, or stop it by creating .agentdescent/STOP"
