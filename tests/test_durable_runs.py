@@ -321,3 +321,19 @@ def test_scheduled_sessions_skip_when_stagnant_and_evolve_on_new_tests_or_degrad
     history = user_git(tmp_path / "job4", "show", "refs/agentdescent/sessions:sessions.json")
     sessions = json.loads(history)["sessions"]
     assert [s["decision"] for s in sessions] == ["evolve", "evolve", "skip", "evolve"]
+
+
+def test_zero_rounds_measures_the_baseline_and_records_a_finished_run(tmp_path: Path) -> None:
+    repo = tmp_path / "agent"
+    make_agent_repo(repo)
+
+    result = evolve(repo, "--evolve-rounds", "0")
+
+    assert result.returncode == 0, explain(result)
+    report = report_of(repo)
+    assert report["rounds"] == 0
+    assert report["calls"] == 0
+    assert report["stop_reason"] == "rounds"
+    assert report["run"]["status"] == "completed"
+    assert store_rows(repo, "SELECT status FROM runs") == [("completed",)]
+    assert store_rows(repo, "SELECT COUNT(*) FROM events") == [(0,)]

@@ -267,16 +267,19 @@ def evolve_durably(
                 raise LedgerError(f"the accepted commit {sha[:12]} is no longer on "
                                   f"{ledger.dev_branch}; someone rewrote the branch")
 
-    if skip is not None:
-        store.set_status(run_id, "completed", result={"stopped_reason": "session-skipped",
-                                                      "reason": skip})
+    no_rounds = kernel.config.max_generations == 0  # --evolve-rounds 0: baseline only
+    if skip is not None or no_rounds:
+        store.set_status(run_id, "completed", result={
+            "stopped_reason": "session-skipped" if skip is not None else "max_generations",
+            "reason": skip or "no round was asked for"})
         report = kernel.report(run_id)
     else:
         report = kernel.run(run_id, holder, step, apply=apply, cancel=cancel)
     if raised:  # the kernel recorded it as the run's failure; the caller reports it
         raise raised[-1]
     result = run.end()
-    stop = "session-skipped" if skip is not None else _stop_reason(report, result)
+    stop = ("session-skipped" if skip is not None else "rounds" if no_rounds
+            else _stop_reason(report, result))
     if stop != result.stop_reason:
         result = dataclasses.replace(result, stop_reason=stop)
     return DurableOutcome(result=result, report=report, run_id=run_id, replayed=replayed)
@@ -323,6 +326,6 @@ def _dev_head(ledger: Ledger) -> str | None:
 def loop_config(*, rounds: int, patience: int | None, max_calls: int | None, seed: int,
                 workspace: str) -> LoopConfig:
     """The kernel's settings for one ``pytest --evolve`` run."""
-    return LoopConfig("pytest-agentdescent", workspace, max_generations=max(rounds, 1),
+    return LoopConfig("pytest-agentdescent", workspace, max_generations=rounds,
                       patience=patience, max_cost=None if max_calls is None else float(max_calls),
                       seed=seed, lease_seconds=120.0)
