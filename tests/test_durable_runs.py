@@ -337,3 +337,37 @@ def test_zero_rounds_measures_the_baseline_and_records_a_finished_run(tmp_path: 
     assert report["run"]["status"] == "completed"
     assert store_rows(repo, "SELECT status FROM runs") == [("completed",)]
     assert store_rows(repo, "SELECT COUNT(*) FROM events") == [(0,)]
+
+
+def test_ctrl_c_frees_the_repository_and_the_next_run_resumes(tmp_path: Path) -> None:
+    repo = tmp_path / "agent"
+    make_agent_repo(repo, proposer=SLOW_PROPOSER)
+    started, release = tmp_path / "started", tmp_path / "release"
+    env = {k: v for k, v in os.environ.items() if k != CHILD_ENV}
+    env.update(AD_STARTED=str(started), AD_RELEASE=str(release), PYTHONDONTWRITEBYTECODE="1")
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--evolve", "skills",
+               "--evolve-sandbox", "local", "--evolve-workers", "1", "--evolve-rounds", "3"]
+    first = subprocess.Popen(command, cwd=repo, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while not started.exists():
+        assert first.poll() is None, first.communicate()[0]
+        assert time.monotonic() < deadline, "the run never reached its proposer"
+        time.sleep(0.1)
+    first.send_signal(signal.SIGINT)
+    output = first.communicate(timeout=120)[0]
+
+    assert first.returncode == pytest.ExitCode.INTERRUPTED, output
+    runs = store_rows(repo, "SELECT run_id, status FROM runs")
+    assert [status for _, status in runs] == ["running"]
+    assert store_rows(repo, "SELECT name FROM leases") == [], "Ctrl-C must free the leases"
+
+    release.write_text("go")
+    second = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True,
+                            timeout=300, check=False)
+
+    assert second.returncode == 0, explain(second)
+    assert f"resuming {runs[0][0]}" in second.stdout
+    assert "taken over" not in second.stdout  # nobody died: the lease was released
+    assert report_of(repo)["reward_after"] == 1.0
+    assert_ledger_consistent(repo)
