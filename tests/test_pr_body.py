@@ -184,3 +184,15 @@ def test_step_summary_is_appended(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert append_step_summary("## agentdescent\n\nreward 0.2 → 0.6")
     assert summary.read_text(encoding="utf-8") == (
         "# earlier step\n## agentdescent\n\nreward 0.2 → 0.6\n")
+
+
+def test_a_session_that_found_nothing_new_does_not_hide_what_the_branch_gained():
+    # a scheduled session resumed at the last version and accepted nothing
+    quiet = report() | {"reward_before": 0.4, "reward_after": 0.4,
+                         "flips": {"fail->pass": [], "pass->fail": []}}
+    body = render_pr_body(quiet, ledger_versions=versions(3), diffstat=DIFFSTAT,
+                          review_command=REVIEW)
+    assert "3 accepted versions since the base; reward 0.200 → 0.500 (improved)" in body
+    assert "The session that last updated this pull request" in body
+    assert "| reward, all tasks | 0.400 | 0.400 |" in body
+    assert "## Per-test flips (last session)" in body

@@ -116,17 +116,29 @@ def render_pr_body(report: Mapping[str, Any] | None, *,
 
 
 def _summary(report: Mapping[str, Any], versions: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The headline is the whole branch (base -> last version); the table, the last session.
+
+    A scheduled job updates this pull request every session; a session that
+    found nothing new must not make the pull request read "not improved" when
+    its versions took the reward from 0.1 to 1.0, so the headline comes from
+    the versions' evidence and the run's report is labelled as one session.
+    """
     before = report.get("reward_before")
     after = report.get("reward_after")
-    if before is None and after is None and versions:
-        before, after = versions[0].get("reward_before"), versions[-1].get("reward_after")
-    low, high = number_or_none(before), number_or_none(after)
-    verdict = ("improved" if low is not None and high is not None and high > low
-               else "not improved" if low is not None and high is not None else "not measured")
     count = len(versions)
-    lines = [PR_MARKER, "## agentdescent: evolved artifacts", "",
-             f"{count} accepted version{'s' if count != 1 else ''}; reward {num(before)} → "
-             f"{num(after)} ({verdict})."]
+    lines = [PR_MARKER, "## agentdescent: evolved artifacts", ""]
+    if versions:
+        first = versions[0].get("reward_before")
+        last = next((v.get("reward_after") for v in reversed(versions)
+                     if number_or_none(v.get("reward_after")) is not None), None)
+        lines.append(f"{count} accepted version{'s' if count != 1 else ''} since the base; "
+                     f"reward {num(first)} → {num(last)} ({_verdict(first, last)}), as "
+                     "measured when each version was accepted.")
+        if before is None and after is None:
+            before, after = first, last
+    else:
+        lines.append(f"No accepted version; reward {num(before)} → {num(after)} "
+                     f"({_verdict(before, after)}).")
     if report.get("error"):
         lines += ["", f"> **The run ended on an error:** {cell(report['error'])}"]
     p_value = next((v.get("p_improvement") for v in reversed(versions)
@@ -139,6 +151,9 @@ def _summary(report: Mapping[str, Any], versions: Sequence[Mapping[str, Any]]) -
         f"{int(tokens_in or 0):,} in / {int(tokens_out or 0):,} out"
     cost = number_or_none(report.get("cost_usd", model.get("cost_usd")))
     rows = [["reward, all tasks", num(before), num(after)]]
+    if report:
+        lines += ["", "The session that last updated this pull request, from its start to its "
+                      "end:"]
     for name, label in (("train", "reward, train"), ("holdout", "reward, held-out")):
         part = report.get(name) or {}
         if isinstance(part, Mapping) and part.get("tasks", 1):
@@ -154,10 +169,17 @@ def _summary(report: Mapping[str, Any], versions: Sequence[Mapping[str, Any]]) -
     return lines
 
 
+def _verdict(before: object, after: object) -> str:
+    low, high = number_or_none(before), number_or_none(after)
+    if low is None or high is None:
+        return "not measured"
+    return "improved" if high > low else "not improved"
+
+
 def _flips(report: Mapping[str, Any]) -> _Section:
     flips = report.get("flips") or {}
     fixed, broken = list(flips.get(_FIXED, [])), list(flips.get(_BROKEN, []))
-    head = ["", "## Per-test flips", ""]
+    head = ["", "## Per-test flips (last session)", ""]
     if not report.get("tasks") and not fixed and not broken:
         head.append("No per-test results were given (publish with the run's report for them).")
         return _Section(head)
