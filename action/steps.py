@@ -13,13 +13,13 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from agentdescent_core.github import append_step_summary, push_branches, set_outputs
+from pytest_agentdescent.cli._common import installed_cli
 from pytest_agentdescent.cli.project import repo_root, state_dir
 
 
@@ -52,9 +52,7 @@ def _state_dir(root: Path) -> Path:
 
 def _cli() -> str:
     """The ``agentdescent`` script next to this interpreter (the Action's virtualenv)."""
-    name = "agentdescent.exe" if os.name == "nt" else "agentdescent"
-    beside = Path(sys.executable).parent / name
-    found = str(beside) if beside.exists() else shutil.which("agentdescent")
+    found = installed_cli()
     if found is None:
         raise SystemExit("::error::the agentdescent command is not installed next to "
                          f"{sys.executable}; did the install step run?")

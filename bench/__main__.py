@@ -46,7 +46,7 @@ from typing import Any
 
 from bench import acceptance, ledger, parallel, peer, sandbox
 from bench.compare import refresh_tables
-from bench.records import machine, refresh_doc
+from bench.records import machine, publish, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -73,11 +73,6 @@ SANDBOX_ROUNDS = {True: 2, False: 15}
 SANDBOX_FILES = {True: 1_000, False: sandbox.DEFAULT_FILES}
 
 
-def _write(path: Path, record: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-
-
 def run_parallel(quick: bool, write: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     """The headline series (``eval_concurrency = n_workers``) at 1, 4 and 8 workers."""
     work = parallel.QUICK if quick else parallel.FULL
@@ -95,8 +90,7 @@ def run_parallel(quick: bool, write: bool) -> tuple[dict[str, Any], dict[str, An
             kept = [r for r in old.get("runs", []) if r.get("series") != "scaled"]
         merged = parallel.summarize(work, kept + rows, max_seconds=max_seconds)
         merged["quick"] = False
-        _write(parallel.RESULTS, merged)
-        refresh_doc(parallel.DOC, "parallel-table", parallel.table(merged))
+        publish(merged, parallel.RESULTS, parallel.DOC, "parallel-table", parallel.table(merged))
     return keys, record
 
 
@@ -134,8 +128,7 @@ def run_sandbox(quick: bool, write: bool) -> tuple[dict[str, Any], dict[str, Any
     record["quick"] = quick
     keys = {"overhead": record["overhead"], "reset_ms_10k_files": record["reset_ms_10k_files"]}
     if write:
-        _write(sandbox.RESULTS, record)
-        refresh_doc(sandbox.DOC, "sandbox-table", sandbox.table(record))
+        publish(record, sandbox.RESULTS, sandbox.DOC, "sandbox-table", sandbox.table(record))
     return keys, record
 
 
@@ -145,7 +138,7 @@ def run_ledger(quick: bool, write: bool) -> tuple[dict[str, Any], dict[str, Any]
     record = {"benchmark": "ledger", "date": datetime.now(timezone.utc).isoformat(
         timespec="seconds"), "machine": machine(), **ledger.measure(checkpoints), "quick": quick}
     if write:
-        _write(RESULTS / "ledger.json", record)
+        write_json(RESULTS / "ledger.json", record)
     return {"commit_ms": record["commit_ms"]}, record
 
 
@@ -156,7 +149,7 @@ def run_peer(quick: bool, write: bool) -> tuple[dict[str, Any], dict[str, Any]]:
         timespec="seconds"), "machine": machine(), "quick": quick, **record}
     value = {"error": record["error"]} if "error" in record else record["metrics"]
     if write:
-        _write(RESULTS / "peer.json", record)
+        write_json(RESULTS / "peer.json", record)
     return {"peer": value}, record
 
 
@@ -207,7 +200,7 @@ def run(parts: Sequence[str], *, quick: bool) -> dict[str, Any]:
                        "errors": {**{p: e for p, e in stored.get("errors", {}).items()
                                      if p not in parts}, **summary["errors"]},
                        "records": merged_records})
-        _write(SUMMARY, merged)
+        write_json(SUMMARY, merged)
         refresh_tables(DOC, merged)
     return summary
 

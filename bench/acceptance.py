@@ -33,7 +33,7 @@ from agentdescent_core.stats import (
     baseline_repeats,
 )
 from agentdescent_core.stats.simulate import ScenarioResult, simulate, standard_scenarios
-from bench.records import machine, refresh_doc
+from bench.records import machine, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "acceptance.json"
@@ -187,11 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     record["quick"] = bool(args.quick)
     print(json.dumps(record, indent=2) if args.json else table(record))
     if not (args.quick or args.no_write):
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        refresh_doc(DOC, "acceptance-table", table(record))
-        if not args.json:
-            print(f"\nwrote {RESULTS.relative_to(ROOT)} and the table in {DOC.relative_to(ROOT)}")
+        publish(record, RESULTS, DOC, "acceptance-table", table(record), announce=not args.json)
     return 0 if all(row["meets_all"] for row in record["policies"][:1]) else 1
 
 

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -28,25 +26,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import git
-
 from agentdescent_core.artifacts.diff import Diff
 from agentdescent_core.artifacts.filetree import FileTree
 from agentdescent_core.ledger import Ledger
-from bench.records import machine
+from bench.records import commit_repo, machine, median_ms
 
 FULL_CHECKPOINTS = (10, 100, 1000)
 QUICK_CHECKPOINTS = (10, 100)
 WINDOW = 10  # commits (and reads) timed around each checkpoint
 SKILL = "skills/notes/SKILL.md"
-_GIT_ENV = {
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_AUTHOR_NAME": "bench",
-    "GIT_AUTHOR_EMAIL": "bench@example.com",
-    "GIT_COMMITTER_NAME": "bench",
-    "GIT_COMMITTER_EMAIL": "bench@example.com",
-}
 
 
 def _build_repo(path: Path) -> None:
@@ -57,17 +45,7 @@ def _build_repo(path: Path) -> None:
         "tests/test_notes.py": "def test_notes():\n    assert True\n",
         **{f"src/mod_{i}.py": f"VALUE = {i}\n" for i in range(50)},
     }
-    for name, text in files.items():
-        (path / name).parent.mkdir(parents=True, exist_ok=True)
-        (path / name).write_text(text, encoding="utf-8")
-    runner = git.Git(str(path))
-    runner.execute(["git", "init", "--quiet", "--initial-branch=main"], env=_GIT_ENV)
-    runner.execute(["git", "add", "-A"], env=_GIT_ENV)
-    runner.execute(["git", "commit", "--quiet", "-m", "agent"], env=_GIT_ENV)
-
-
-def _ms(values: Sequence[float]) -> float:
-    return round(statistics.median(values) * 1000, 3)
+    commit_repo(path, files)
 
 
 def measure(checkpoints: Sequence[int] = FULL_CHECKPOINTS, *,
@@ -109,8 +87,8 @@ def measure(checkpoints: Sequence[int] = FULL_CHECKPOINTS, *,
                     reads.append(time.perf_counter() - t0)
                     if f"Rule {version}." not in state[SKILL]:
                         raise SystemExit("ledger bench: the head does not hold the last commit")
-                commit_ms[str(checkpoint)] = _ms(timed)
-                read_ms[str(checkpoint)] = _ms(reads)
+                commit_ms[str(checkpoint)] = median_ms(timed)
+                read_ms[str(checkpoint)] = median_ms(reads)
                 if progress:
                     print(f"  ledger: {checkpoint:5d} versions: commit {commit_ms[str(checkpoint)]}"
                           f" ms, read {read_ms[str(checkpoint)]} ms", file=sys.stderr, flush=True)

@@ -53,7 +53,7 @@ from agentdescent_core.artifacts.strategies import AppendRules
 from agentdescent_core.loop.async_evolve import async_evolve
 from agentdescent_core.loop.evolve import evolve
 from agentdescent_core.tasks import Task
-from bench.records import machine, refresh_doc
+from bench.records import machine, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "parallel.json"
@@ -304,11 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     record["quick"] = bool(args.quick)
     print(json.dumps(record, indent=2) if args.json else table(record))
     if write:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        refresh_doc(DOC, "parallel-table", table(record))
-        if not args.json:
-            print(f"\nwrote {RESULTS.relative_to(ROOT)} and the table in {DOC.relative_to(ROOT)}")
+        publish(record, RESULTS, DOC, "parallel-table", table(record), announce=not args.json)
     reached = all(row["reached_target"] for row in record["runs"])
     return 0 if reached else 1
 

@@ -62,7 +62,7 @@ from agentdescent_core.evaluation.sandboxed import SandboxedVerifier
 from agentdescent_core.governance import FrozenSet
 from agentdescent_core.sandbox.select import get_backend
 from agentdescent_core.sandbox.workspace import Workspace
-from bench.records import machine, refresh_doc
+from bench.records import GIT_ENV, commit_repo, machine, median_ms, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "sandbox.json"
@@ -73,14 +73,6 @@ DEFAULT_FILES = 10_000
 FULL_REPEATS = 200
 QUICK_REPEATS = 20
 ARTIFACT_FILES = 20
-_GIT_ENV = {
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_AUTHOR_NAME": "bench",
-    "GIT_AUTHOR_EMAIL": "bench@example.com",
-    "GIT_COMMITTER_NAME": "bench",
-    "GIT_COMMITTER_EMAIL": "bench@example.com",
-}
 
 
 def build_repo(path: Path, files: int) -> str:
@@ -98,19 +90,7 @@ def build_repo(path: Path, files: int) -> str:
         skill = path / "skills" / f"skill{i % 5}" / f"part{i}.md"
         skill.parent.mkdir(parents=True, exist_ok=True)
         skill.write_text(f"# Part {i}\n\n" + "Do the thing carefully.\n" * 20, encoding="utf-8")
-    runner = git.Git(str(path))
-    runner.execute(["git", "init", "--quiet", "--initial-branch=main"], env=_GIT_ENV)
-    runner.execute(["git", "add", "-A"], env=_GIT_ENV)
-    # No background auto-gc racing the measurements: pack once, now, as a
-    # user's repository would be.
-    runner.execute(["git", "-c", "gc.auto=0", "commit", "--quiet", "-m", "bench repository"],
-                   env=_GIT_ENV)
-    runner.execute(["git", "gc", "--quiet"], env=_GIT_ENV)
-    return str(runner.execute(["git", "rev-parse", "HEAD"], env=_GIT_ENV)).strip()
-
-
-def _ms(values: Sequence[float]) -> float:
-    return round(statistics.median(values) * 1000, 3)
+    return commit_repo(path, message="bench repository", pack=True)
 
 
 def measure_reset(
@@ -168,11 +148,11 @@ def measure_reset(
             "files": entries,
             "repeats": repeats,
             "create_seconds": round(create_seconds, 3),
-            "reset_ms": _ms(resets),
+            "reset_ms": median_ms(resets),
             "reset_p90_ms": round(statistics.quantiles(resets, n=10)[-1] * 1000, 3)
-            if len(resets) >= 10 else _ms(resets),
-            "check_ms": _ms(checks),
-            "reset_unchecked_ms": _ms(unchecked),
+            if len(resets) >= 10 else median_ms(resets),
+            "check_ms": median_ms(checks),
+            "reset_unchecked_ms": median_ms(unchecked),
         }
     finally:
         shutil.rmtree(base, ignore_errors=True)
@@ -247,14 +227,7 @@ def build_agent_repo(path: Path) -> str:
     """The small agent repository of the overhead part, committed; returns the commit."""
     files = {"pytest.ini": "[pytest]\ntestpaths = tests\n", TEST_FILE: AGENT_TESTS,
              **candidate(0)}
-    for name, text in files.items():
-        (path / name).parent.mkdir(parents=True, exist_ok=True)
-        (path / name).write_text(text, encoding="utf-8")
-    runner = git.Git(str(path))
-    runner.execute(["git", "init", "--quiet", "--initial-branch=main"], env=_GIT_ENV)
-    runner.execute(["git", "add", "-A"], env=_GIT_ENV)
-    runner.execute(["git", "commit", "--quiet", "-m", "agent"], env=_GIT_ENV)
-    return str(runner.execute(["git", "rev-parse", "HEAD"], env=_GIT_ENV)).strip()
+    return commit_repo(path, files)
 
 
 def _bare_run(checkout: Path, state: Mapping[str, str], env: Mapping[str, str]) -> float:
@@ -299,7 +272,7 @@ def _verifier(repo: Path, commit: str, name: str, parent: Path
 
 def _spread(values: Sequence[float]) -> dict[str, float]:
     p90 = statistics.quantiles(values, n=10)[-1] if len(values) >= 10 else max(values)
-    return {"median_ms": _ms(values), "p90_ms": round(p90 * 1000, 3),
+    return {"median_ms": median_ms(values), "p90_ms": round(p90 * 1000, 3),
             "min_ms": round(min(values) * 1000, 3)}
 
 
@@ -327,7 +300,7 @@ def measure_overhead(
         repo.mkdir()
         commit = build_agent_repo(repo)
         checkout = base / "checkout"
-        git.Repo.clone_from(str(repo), str(checkout), env=_GIT_ENV).close()
+        git.Repo.clone_from(str(repo), str(checkout), env=GIT_ENV).close()
         bare_env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}  # as the sandboxed child
         (base / "workspaces").mkdir()
         for name in backends:
@@ -525,11 +498,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         record = {**json.loads(RESULTS.read_text(encoding="utf-8")), **record}
     print(json.dumps(record, indent=2) if args.json else summary(record))
     if write:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        refresh_doc(DOC, "sandbox-table", table(record))
-        if not args.json:
-            print(f"\nwrote {RESULTS.relative_to(ROOT)} and the table in {DOC.relative_to(ROOT)}")
+        publish(record, RESULTS, DOC, "sandbox-table", table(record), announce=not args.json)
     return 0 if meets_targets(record) else 1
 
 

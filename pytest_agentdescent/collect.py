@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from agentdescent_core.artifacts.paths import is_inside
 from agentdescent_core.errors import RefusalError
 from agentdescent_core.evaluation.protocol import TaskSplit
 from agentdescent_core.governance import FrozenSet
@@ -107,10 +108,16 @@ class EvolvePlan:
         return tuple(t.nodeid for t in self.tasks if t.holdout)
 
     def split(self) -> TaskSplit:
-        weights = {t.nodeid: t.weight for t in self.tasks if t.weight != 1.0}
-        # acceptance, target and patience look at every task; holdout only hides from the proposer
-        return TaskSplit(train=self.train, held_out=self.held_out, guards=self.guards,
-                         weights=weights, eval_on_all=True)
+        return task_split(self.tasks, self.guards)
+
+
+def task_split(tasks: Sequence[EvolveTask], guards: Sequence[str]) -> TaskSplit:
+    """The engine's split of a run's marked tests (the plugin's and ``review``'s alike)."""
+    weights = {t.nodeid: t.weight for t in tasks if t.weight != 1.0}
+    # acceptance, target and patience look at every task; holdout only hides from the proposer
+    return TaskSplit(train=tuple(t.nodeid for t in tasks if not t.holdout),
+                     held_out=tuple(t.nodeid for t in tasks if t.holdout),
+                     guards=tuple(guards), weights=weights, eval_on_all=True)
 
 
 # ---------------------------------------------------------------- the repository
@@ -165,6 +172,7 @@ def resolve_roots(paths: Sequence[str], layout: RepoLayout) -> tuple[str, ...]:
     """
     roots: list[str] = []
     rootdir = layout.root / layout.subdir if layout.subdir else layout.root
+    project = layout.repo_path(rootdir) or ""
     for given in paths:
         rel = layout.repo_path(Path(given))
         if rel is None:
@@ -172,7 +180,7 @@ def resolve_roots(paths: Sequence[str], layout: RepoLayout) -> tuple[str, ...]:
                 f"--evolve {given!r} resolves to {os.path.realpath(given)}, outside the git "
                 f"repository {layout.root}; only files of the repository can evolve"
             )
-        if rel == "" or _inside(layout.repo_path(rootdir) or "", rel):
+        if rel == "" or is_inside(project, (rel,)):
             raise pytest.UsageError(
                 f"--evolve {given!r} contains the whole project (the pytest rootdir "
                 f"{rootdir}); point it at the folder or file that should evolve, e.g. skills/"
@@ -182,10 +190,6 @@ def resolve_roots(paths: Sequence[str], layout: RepoLayout) -> tuple[str, ...]:
                                     "never evolves")
         roots.append(rel)
     return tuple(dict.fromkeys(roots))
-
-
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root + "/")
 
 
 # ---------------------------------------------------------------- tasks

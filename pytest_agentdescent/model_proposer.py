@@ -107,11 +107,9 @@ class _Pending:
 
 @dataclass
 class _Books:
-    calls: int = 0
     max_call_cost: float = 0.0
     refused: dict[str, int] = field(default_factory=dict)
     proposals: list[dict[str, Any]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
 
 
 class ModelProposer:
@@ -221,7 +219,6 @@ class ModelProposer:
             raise
         with self._lock:
             self._succeeded = True
-            self._books.calls += 1
             if completion.cost_usd is not None:
                 self._books.max_call_cost = max(self._books.max_call_cost, completion.cost_usd)
         return completion
@@ -309,9 +306,6 @@ class ModelProposer:
     # ---------------------------------------------------------------- reporting
 
     def _note(self, text: str) -> None:
-        with self._lock:
-            if text not in self._books.notes:
-                self._books.notes.append(text)
         warnings.warn(f"{self.spec}: {text}", RuntimeWarning, stacklevel=2)
 
     def close(self) -> None:

@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 
 from agentdescent_core.errors import AgentDescentError
-from pytest_agentdescent.collect import EvolveTask
+from pytest_agentdescent.collect import EvolveTask, task_split
 
 __all__ = [
     "PLUGIN",
@@ -122,11 +122,7 @@ class ProbedPlan:
     def split(self) -> Any:
         """The run's :class:`~agentdescent_core.evaluation.protocol.TaskSplit`, as the plugin
         makes it."""
-        from agentdescent_core.evaluation.protocol import TaskSplit
-
-        weights = {t.nodeid: t.weight for t in self.tasks if t.weight != 1.0}
-        return TaskSplit(train=self.train, held_out=self.held_out, guards=self.guards,
-                         weights=weights, eval_on_all=True)
+        return task_split(self.tasks, self.guards)
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -316,41 +315,31 @@ def _evaluate(result: ReviewResult, plan: ProbedPlan, scratch: Path, base: Any, 
 
 
 def _backend(name: str) -> Any:
-    from agentdescent_core.sandbox.select import get_backend
+    from pytest_agentdescent.sandboxing import usable_backend
 
     try:
-        backend = get_backend(name)
+        return usable_backend(name, option="--sandbox")
     except ValueError as exc:
         raise ReviewError(str(exc), usage=True) from None
-    reason = backend.unavailable_reason()
-    if reason is not None:
-        raise ReviewError(f"--sandbox {name}: the {backend.name} backend is not usable here "
-                          f"({reason}); install it or choose another with --sandbox (auto picks "
-                          "the strongest that works)", usage=True)
-    return backend
 
 
 def _verifier(plan: ProbedPlan, scratch: Path, base: str, tree: Any, backend: Any,
               result: ReviewResult) -> SandboxedVerifier:
-    from agentdescent_core.evaluation.sandboxed import SandboxedVerifier
     from agentdescent_core.sandbox.local import SandboxSetupError
+    from pytest_agentdescent.sandboxing import open_verifier
 
     settings = plan.settings
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            verifier = SandboxedVerifier(
-                scratch, base, plan.split(), tree=tree, frozen=plan.frozen_set(),
-                backend=backend, cache=None,
-                env_allow=tuple(settings.get("env", ())),
-                network=settings.get("network", "default"),
-                test_timeout=float(settings.get("test_timeout", 60.0)),
-                eval_concurrency=int(settings.get("eval_concurrency", 1)),
-                subdir=plan.subdir,
-            )
-        except (SandboxSetupError, ValueError) as exc:
-            raise ReviewError(f"cannot set up the sandbox: {exc}") from None
-    result.warnings.extend(str(w.message) for w in caught)
+    try:
+        verifier, notes = open_verifier(
+            scratch, base, plan.split(), tree=tree, frozen=plan.frozen_set(),
+            backend=backend, cache=None, env_allow=tuple(settings.get("env", ())),
+            network=settings.get("network", "default"),
+            test_timeout=float(settings.get("test_timeout", 60.0)),
+            eval_concurrency=int(settings.get("eval_concurrency", 1)), subdir=plan.subdir,
+        )
+    except (SandboxSetupError, ValueError) as exc:
+        raise ReviewError(f"cannot set up the sandbox: {exc}") from None
+    result.warnings.extend(notes)
     return verifier
 
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from agentdescent_core.loop.durable import SqliteRunStore
     from agentdescent_core.loop.durable_evolve import RepositoryLease
     from agentdescent_core.loop.result import EvolutionResult, RoundInfo
-    from agentdescent_core.loop.schedule import SessionDecision, SessionEntry
+    from agentdescent_core.loop.schedule import SessionDecision
     from pytest_agentdescent.collect import EvolvePlan
     from pytest_agentdescent.proposer import HookProposer
     from pytest_agentdescent.terminal import Out
@@ -180,7 +180,7 @@ class RunState:
 
     @staticmethod
     def decide(repo_root: Path, settings: EvolveSettings, *, baseline: float | None,
-               tasks: Sequence[str]) -> tuple[SessionDecision, list[SessionEntry]]:
+               tasks: Sequence[str]) -> SessionDecision:
         """Whether this session evolves, from the history on ``refs/<prefix>sessions``."""
         from agentdescent_core.errors import LedgerError
         from agentdescent_core.loop.schedule import SessionHistory, decide_session
@@ -191,10 +191,9 @@ class RunState:
         except LedgerError as exc:
             raise pytest.UsageError(f"pytest --evolve cannot read the session history: {exc}"
                                     ) from None
-        decision = decide_session(entries, baseline=baseline, tasks=tasks,
-                                  patience=settings.session_patience,
-                                  degradation=settings.degradation)
-        return decision, entries
+        return decide_session(entries, baseline=baseline, tasks=tasks,
+                              patience=settings.session_patience,
+                              degradation=settings.degradation)
 
     @staticmethod
     def record_session(repo_root: Path, prefix: str, report: Mapping[str, Any],

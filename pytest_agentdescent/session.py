@@ -351,8 +351,8 @@ class EvolveSession:
         extends the history on ``refs/<prefix>sessions``; otherwise no such ref
         is ever written.
         """
-        decision, _ = RunState.decide(plan.layout.root, self.settings, baseline=baseline,
-                                      tasks=verifier.split.eval_tasks)
+        decision = RunState.decide(plan.layout.root, self.settings, baseline=baseline,
+                                   tasks=verifier.split.eval_tasks)
         self._out.line(f"session   {'evolve' if decision.evolve else 'skip'} "
                        f"({decision.code}): {decision.reason}", yellow=not decision.evolve)
         return decision
@@ -407,16 +407,13 @@ class EvolveSession:
         return reward, None
 
     def _backend(self) -> Any:
-        from agentdescent_core.sandbox.select import get_backend
+        from pytest_agentdescent.sandboxing import usable_backend
 
-        backend = get_backend(self.settings.sandbox)
-        reason = backend.unavailable_reason()
-        if reason is not None:
-            raise pytest.UsageError(
-                f"--evolve-sandbox {self.settings.sandbox}: the {backend.name} backend is not "
-                f"usable here ({reason}); install it, or choose another with --evolve-sandbox "
-                "(auto picks the strongest that works)"
-            )
+        try:
+            backend = usable_backend(self.settings.sandbox, option="--evolve-sandbox")
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        # refused here, before the ledger creates any ref (the verifier would refuse it later)
         if self.settings.network == "none" and backend.name == "local":
             raise pytest.UsageError(
                 "--evolve-network none needs a sandbox that can cut the network, but the "
@@ -458,25 +455,22 @@ class EvolveSession:
 
     def _verifier(self, plan: EvolvePlan, tree: FileTree, base: str, backend: Any,
                   cache: Any) -> SandboxedVerifier:
-        from agentdescent_core.evaluation.sandboxed import SandboxedVerifier
         from agentdescent_core.sandbox.local import SandboxSetupError
+        from pytest_agentdescent.sandboxing import open_verifier
 
         settings = self.settings
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            try:
-                verifier = SandboxedVerifier(
-                    plan.layout.root, base, plan.split(), tree=tree, frozen=plan.frozen,
-                    backend=backend, cache=cache, env_allow=settings.env,
-                    network=settings.network,  # type: ignore[arg-type]
-                    test_timeout=settings.test_timeout,
-                    eval_concurrency=settings.eval_concurrency, subdir=plan.layout.subdir,
-                )
-            except SandboxSetupError as exc:
-                raise pytest.UsageError(str(exc)) from None
-            except ValueError as exc:
-                raise pytest.UsageError(f"pytest --evolve: {exc}") from None
-        self.warnings.extend(str(w.message) for w in caught)
+        try:
+            verifier, notes = open_verifier(
+                plan.layout.root, base, plan.split(), tree=tree, frozen=plan.frozen,
+                backend=backend, cache=cache, env_allow=settings.env,
+                network=settings.network, test_timeout=settings.test_timeout,
+                eval_concurrency=settings.eval_concurrency, subdir=plan.layout.subdir,
+            )
+        except SandboxSetupError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        except ValueError as exc:
+            raise pytest.UsageError(f"pytest --evolve: {exc}") from None
+        self.warnings.extend(notes)
         return verifier
 
     def _base_line(self, plan: EvolvePlan, base: str) -> str:

@@ -222,20 +222,10 @@ def _strings(raw: object) -> tuple[str, ...]:
 
 def _prices(raw: object) -> tuple[tuple[str, float, float], ...]:
     """``MODEL = INPUT_USD OUTPUT_USD`` per line (US dollars per million tokens)."""
-    out: dict[str, tuple[float, float]] = {}
-    for line in _strings(raw):
-        model, sep, numbers = line.partition("=")
-        parts = numbers.split()
-        if not sep or not model.strip() or len(parts) != 2:
-            raise ValueError(line)
-        try:
-            values = (float(parts[0]), float(parts[1]))
-        except ValueError:
-            raise ValueError(line) from None
-        if not all(math.isfinite(v) and v >= 0 for v in values):
-            raise ValueError(line)
-        out[model.strip()] = values
-    return tuple((model, low, high) for model, (low, high) in out.items())
+    from agentdescent_core.proposers.pricing import parse_price_lines
+
+    return tuple((model, price.input_per_mtok, price.output_per_mtok)
+                 for model, price in parse_price_lines(_strings(raw)).items())
 
 
 def _env(raw: object) -> tuple[str, ...]:
@@ -272,11 +262,6 @@ class Knob:
     def dest(self) -> str:
         """The argparse destination of the option (``config.getoption(dest)``)."""
         return self.ini
-
-    @property
-    def name(self) -> str:
-        """How an error names the setting: the option, else ``ini <key>``."""
-        return self.option or f"ini {self.ini}"
 
 
 def _numeric_ini(kind: str) -> str:
@@ -430,14 +415,18 @@ def add_options(parser: pytest.Parser) -> None:
 
 # ---------------------------------------------------------------- reading
 
+def _who(knob: Knob, *, from_ini: bool) -> str:
+    """How an error names the setting: the option, or the ini key (and its option)."""
+    if knob.option is None:
+        return f"ini {knob.ini}"
+    if from_ini:
+        return f"ini {knob.ini} (the ini key of {knob.option})"
+    return knob.option
+
+
 def _fail(knob: Knob, raw: object, *, from_ini: bool, detail: str = "") -> pytest.UsageError:
     """The one shape of a bad-value error: who, the rule, what was given, where it came from."""
-    if knob.option is None:
-        who = f"ini {knob.ini}"
-    elif from_ini:
-        who = f"ini {knob.ini} (the ini key of {knob.option})"
-    else:
-        who = knob.option
+    who = _who(knob, from_ini=from_ini)
     where = f" (ini {knob.ini})" if knob.option and not from_ini else ""
     extra = f": {detail}" if detail else ""
     return pytest.UsageError(f"{who} must be {knob.rule}, got {raw!r}{where}{extra}")
@@ -449,8 +438,8 @@ def _ini_value(config: pytest.Config, knob: Knob) -> object:
     # pytest's own coercion of the ini text failed: a ValueError before pytest 9.2,
     # a UsageError naming neither the key nor the rule since.
     except (ValueError, TypeError, pytest.UsageError) as exc:
-        who = f"ini {knob.ini} (the ini key of {knob.option})" if knob.option else f"ini {knob.ini}"
-        raise pytest.UsageError(f"{who} must be {knob.rule}: {exc}") from exc
+        raise pytest.UsageError(f"{_who(knob, from_ini=True)} must be {knob.rule}: {exc}"
+                                ) from exc
 
 
 def _ini_base(config: pytest.Config) -> Path:

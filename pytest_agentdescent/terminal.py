@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from agentdescent_core.artifacts.paths import is_inside
 from agentdescent_core.loop.result import RoundInfo
 from pytest_agentdescent.collect import IMPLICIT_HOLDOUT_MIN_TASKS, EvolvePlan
 
@@ -120,8 +121,7 @@ def collect_listing(plan: EvolvePlan) -> list[str]:
         lines.append(f"  (suites under {IMPLICIT_HOLDOUT_MIN_TASKS} tasks get no implicit "
                      "holdout)")
     lines.append("frozen: everything outside " + ", ".join(plan.roots) + ", plus:")
-    inside = [f for f in plan.test_files if any(f == r or f.startswith(r + "/")
-                                                for r in plan.roots)]
+    inside = [f for f in plan.test_files if is_inside(f, plan.roots)]
     lines.append("  conftest.py, pytest config and test modules anywhere, even inside the roots"
                  + (f" ({', '.join(inside)})" if inside else ""))
     for pattern in plan.frozen.patterns:

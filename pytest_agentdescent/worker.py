@@ -55,7 +55,12 @@ from typing import IO, Any, cast
 import pytest
 from _pytest.runner import runtestprotocol
 
-from agentdescent_core.evaluation.records import CHILD_ENV, PLAN_ENV, RECORD_ENV
+from agentdescent_core.evaluation.records import (
+    CHILD_ENV,
+    DEFAULT_OUTPUT_CHARS,
+    PLAN_ENV,
+    RECORD_ENV,
+)
 from pytest_agentdescent.reward import clear_reward, recorded_reward
 
 __all__ = [
@@ -71,7 +76,6 @@ __all__ = [
     "truncate",
 ]
 
-DEFAULT_OUTPUT_CHARS = 4000
 #: Exit status of a child whose watchdog fired but survived its own group kill
 #: (a PID-1 process in a container ignores SIGKILL from inside).
 TIMEOUT_EXIT_CODE = 124

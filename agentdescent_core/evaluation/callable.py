@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 from agentdescent_core.artifacts.filetree import state_hash
 from agentdescent_core.errors import BackendError, ContractError
-from agentdescent_core.evaluation.protocol import TaskSplit
+from agentdescent_core.evaluation.protocol import TaskSplit, requested_tasks
 from agentdescent_core.stats.samples import TaskSamples, as_reward
 from agentdescent_core.tasks import Task
 
@@ -200,18 +200,10 @@ class CallableVerifier:
     def evaluate(
         self, state: Mapping[str, str], task_ids: Sequence[str], repeats: int
     ) -> TaskSamples:
-        if repeats < 1:
-            raise ValueError(f"repeats must be at least 1, got {repeats}")
-        ids = list(dict.fromkeys(task_ids))
-        if not ids:
-            raise ValueError("evaluate() needs at least one task id")
-        for task_id in ids:
-            if task_id not in self._tasks:
-                raise ValueError(f"unknown task id {task_id!r}; the run has no such task")
+        ids = requested_tasks(task_ids, repeats, self._tasks)
         done = self._gather(state, [(t, r) for t in ids for r in range(repeats)])
-        rewards = {task_id: [done[(task_id, r)].reward for r in range(repeats)] for task_id in ids}
-        weights = {t: self._split.weight(t) for t in ids if self._split.weight(t) != 1.0}
-        return TaskSamples(rewards, weights)
+        return self._split.samples(
+            {task_id: [done[(task_id, r)].reward for r in range(repeats)] for task_id in ids})
 
     def rollout(self, state: Mapping[str, str], task_id: str, repeat: int = 0) -> Rollout:
         """Run one (task, repeat) at ``state`` on the calling thread — memoised and retried.

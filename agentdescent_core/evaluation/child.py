@@ -38,14 +38,20 @@ import signal
 import site
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentdescent_core.evaluation.records import CHILD_ENV, PLAN_ENV, RECORD_ENV, TestRecord
+from agentdescent_core.evaluation.records import (
+    CHILD_ENV,
+    DEFAULT_OUTPUT_CHARS,
+    PLAN_ENV,
+    RECORD_ENV,
+    TestRecord,
+)
 from agentdescent_core.sandbox.env import DEFAULT_ENV_ALLOWLIST, child_environment
-from agentdescent_core.sandbox.interpreter import interpreter_paths
+from agentdescent_core.sandbox.interpreter import interpreter_paths, package_root
 from agentdescent_core.sandbox.snapshot import remove_tree
 from agentdescent_core.sandbox.spec import Backend, Limits, Network, RunResult, RunSpec
 
@@ -56,13 +62,13 @@ __all__ = [
     "Plan",
     "child_argv",
     "run_tests",
+    "spans",
     "split_plan",
 ]
 
 #: Node id -> (first repeat index, number of repeats).
 Plan = Mapping[str, tuple[int, int]]
 
-DEFAULT_OUTPUT_CHARS = 4000
 _TAIL_CHARS = 2000
 #: pytest's own exit codes for a session that ran to its end (tests failed or not).
 _NORMAL_EXITS = (0, 1, 5)
@@ -132,18 +138,14 @@ class ChildOutcome:
 
     ``not_run`` are the keys whose records were made up by the parent because
     the test never ran (out of time, out of restarts): they are failures for
-    this evaluation but not measurements worth caching.  ``result`` is the
-    last child's :class:`RunResult`; ``runs`` counts the children started.
+    this evaluation but not measurements worth caching.  ``runs`` counts the
+    children started.
     """
 
     records: tuple[TestRecord, ...]
     error: str | None
-    result: RunResult | None
     runs: int = 0
     not_run: frozenset[tuple[str, int]] = frozenset()
-
-    def by_key(self) -> dict[tuple[str, int], TestRecord]:
-        return {(r.nodeid, r.repeat): r for r in self.records}
 
 
 @functools.cache
@@ -219,7 +221,6 @@ def run_tests(
     not_run: set[tuple[str, int]] = set()
     deadline = time.monotonic() + config.run_timeout
     pending: dict[str, tuple[int, int]] = dict(plan)
-    result: RunResult | None = None
     runs = 0
     restarts = 0
     (state_dir / "pytest-cache").mkdir(parents=True, exist_ok=True)
@@ -271,7 +272,7 @@ def run_tests(
         lines = _read_journal(journal, key.encode())
         collect_errors = [str(d["collect_error"]) for d in lines if "collect_error" in d]
         if collect_errors:
-            return ChildOutcome((), "\n\n".join(collect_errors), result, runs)
+            return ChildOutcome((), "\n\n".join(collect_errors), runs)
         new = _parse_records(lines, wanted)
         started = _unfinished(lines, new)
         records.update(new)
@@ -279,7 +280,7 @@ def run_tests(
         if not missing:
             break
         if not lines and not new:
-            return ChildOutcome(tuple(records.values()), _start_failure(result), result, runs)
+            return ChildOutcome(tuple(records.values()), _start_failure(result), runs)
         if result.killed == "timeout":
             if started is not None and started in missing:
                 records[started] = _made_up(
@@ -305,9 +306,9 @@ def run_tests(
         # The dead child's tests may have planted bytecode for a frozen module
         # (writable under local); the next child must import the real source.
         _drop_bytecode(workspace_root)
-        pending = _spans(missing)
+        pending = spans(missing)
     ordered = tuple(records[done] for done in sorted(records))
-    return ChildOutcome(ordered, None, result, runs, frozenset(not_run & set(records)))
+    return ChildOutcome(ordered, None, runs, frozenset(not_run & set(records)))
 
 
 # ---------------------------------------------------------------- helpers
@@ -332,14 +333,11 @@ def _add_import_path(env: dict[str, str]) -> None:
     setup the scrubbed environment would otherwise lose it.  An allowlisted
     PYTHONPATH of the user's is kept, after ours.
     """
-    import agentdescent_core
-    import pytest_agentdescent
-
     site_dirs = {Path(p).resolve() for p in (*site.getsitepackages(), site.getusersitepackages())}
     roots: list[str] = []
-    for module in (pytest_agentdescent, agentdescent_core):
-        root = Path(str(module.__file__)).resolve().parent.parent
-        if root not in site_dirs and str(root) not in roots:
+    for name in ("pytest_agentdescent", "agentdescent_core"):
+        root = package_root(name)
+        if root is not None and root not in site_dirs and str(root) not in roots:
             roots.append(str(root))
     if roots:
         env["PYTHONPATH"] = os.pathsep.join(
@@ -408,7 +406,8 @@ def _fill(records: dict[tuple[str, int], TestRecord], not_run: set[tuple[str, in
         not_run.add(key)
 
 
-def _spans(keys: set[tuple[str, int]]) -> dict[str, tuple[int, int]]:
+def spans(keys: Iterable[tuple[str, int]]) -> dict[str, tuple[int, int]]:
+    """The plan that covers ``keys`` ((test, repeat) pairs): each test's first repeat and count."""
     by_test: dict[str, list[int]] = {}
     for nodeid, repeat in keys:
         by_test.setdefault(nodeid, []).append(repeat)

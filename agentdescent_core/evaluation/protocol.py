@@ -7,14 +7,14 @@ sees this protocol, so both drive the same merge pipeline.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from agentdescent_core.errors import RefusalError
 from agentdescent_core.stats.samples import TaskSamples
 
-__all__ = ["Disqualifying", "TaskSplit", "Verifier"]
+__all__ = ["Disqualifying", "TaskSplit", "Verifier", "requested_tasks"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,27 @@ class TaskSplit:
 
     def weight(self, task_id: str) -> float:
         return float(self.weights.get(task_id, 1.0))
+
+    def samples(self, rewards: dict[str, list[float]]) -> TaskSamples:
+        """``rewards`` (task id -> rewards by repeat) with this split's weights."""
+        weights = {t: self.weight(t) for t in rewards if self.weight(t) != 1.0}
+        return TaskSamples(rewards, weights)
+
+
+def requested_tasks(task_ids: Sequence[str], repeats: int, known: Container[str]) -> list[str]:
+    """The distinct task ids of an ``evaluate`` request, in order, after checking it.
+
+    ValueError for fewer than one repeat, no task id, or an id not in ``known``.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    ids = list(dict.fromkeys(task_ids))
+    if not ids:
+        raise ValueError("evaluate() needs at least one task id")
+    for task_id in ids:
+        if task_id not in known:
+            raise ValueError(f"unknown task id {task_id!r}; the run has no such task")
+    return ids
 
 
 @runtime_checkable

@@ -7,7 +7,15 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["CHILD_ENV", "OUTCOMES", "PLAN_ENV", "RECORD_ENV", "REWARDING_OUTCOMES", "TestRecord"]
+__all__ = [
+    "CHILD_ENV",
+    "DEFAULT_OUTPUT_CHARS",
+    "OUTCOMES",
+    "PLAN_ENV",
+    "RECORD_ENV",
+    "REWARDING_OUTCOMES",
+    "TestRecord",
+]
 
 # The environment the parent gives the child pytest (agentdescent_core.evaluation.child)
 # and the recorder reads (pytest_agentdescent.worker): named once, here, because
@@ -18,6 +26,8 @@ PLAN_ENV = "AGENTDESCENT_PLAN"
 """The plan file: which tests, which repeats, the per-test timeout, the signing key."""
 CHILD_ENV = "AGENTDESCENT_CHILD"
 """Set to "1" in every child pytest; the ``--evolve`` controller never starts there."""
+DEFAULT_OUTPUT_CHARS = 4000
+"""Characters of a test's message and captured output a record keeps by default."""
 
 #: Every outcome the recorder can report for one test (phases combined).
 OUTCOMES: tuple[str, ...] = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")

@@ -50,13 +50,19 @@ from agentdescent_core.artifacts.filetree import FileTree, state_hash
 from agentdescent_core.errors import BackendError, RefusalError
 from agentdescent_core.evaluation.cache import EvalCache, Verdict
 from agentdescent_core.evaluation.callable import Rollout
-from agentdescent_core.evaluation.child import ChildConfig, ChildOutcome, run_tests, split_plan
-from agentdescent_core.evaluation.protocol import TaskSplit
+from agentdescent_core.evaluation.child import (
+    ChildConfig,
+    ChildOutcome,
+    run_tests,
+    spans,
+    split_plan,
+)
+from agentdescent_core.evaluation.protocol import TaskSplit, requested_tasks
 from agentdescent_core.evaluation.records import TestRecord
 from agentdescent_core.governance import FrozenSet
 from agentdescent_core.sandbox.env import DEFAULT_ENV_ALLOWLIST
 from agentdescent_core.sandbox.local import LocalBackend, check_network
-from agentdescent_core.sandbox.snapshot import is_cache
+from agentdescent_core.sandbox.snapshot import Sig, is_cache, signature
 from agentdescent_core.sandbox.spec import Backend, Limits, Network
 from agentdescent_core.sandbox.workspace import FrozenCheck, Workspace, dirty_paths
 from agentdescent_core.stats.samples import TaskSamples
@@ -75,7 +81,6 @@ _SHOWN = 5
 _RUN_ATTEMPTS = 2
 
 Key = tuple[str, int]
-Sig = tuple[int, int, int, int, int]
 
 
 def record_reward(record: TestRecord) -> float:
@@ -161,6 +166,7 @@ class SandboxedVerifier:
         self.backend = backend
         self.cache = cache
         self._split = split
+        self._known = frozenset(split.all_tasks)
         self._tree = tree
         self._frozen = frozen
         self._parent = workspace_parent
@@ -233,22 +239,12 @@ class SandboxedVerifier:
     def evaluate(
         self, state: Mapping[str, str], task_ids: Sequence[str], repeats: int
     ) -> TaskSamples:
-        if repeats < 1:
-            raise ValueError(f"repeats must be at least 1, got {repeats}")
-        ids = list(dict.fromkeys(task_ids))
-        if not ids:
-            raise ValueError("evaluate() needs at least one task id")
-        known = set(self._split.all_tasks)
-        for task_id in ids:
-            if task_id not in known:
-                raise ValueError(f"unknown task id {task_id!r}; the run has no such task")
+        ids = requested_tasks(task_ids, repeats, self._known)
         verdict, have = self._obtain(state, [(t, r) for t in ids for r in range(repeats)])
         if verdict is not None:
-            rewards = {t: [0.0] * repeats for t in ids}
-        else:
-            rewards = {t: [record_reward(have[(t, r)]) for r in range(repeats)] for t in ids}
-        weights = {t: self._split.weight(t) for t in ids if self._split.weight(t) != 1.0}
-        return TaskSamples(rewards, weights)
+            return self._split.samples({t: [0.0] * repeats for t in ids})
+        return self._split.samples(
+            {t: [record_reward(have[(t, r)]) for r in range(repeats)] for t in ids})
 
     def _obtain(self, state: Mapping[str, str], wanted: Sequence[Key]
                 ) -> tuple[Verdict | None, dict[Key, TestRecord]]:
@@ -276,7 +272,7 @@ class SandboxedVerifier:
 
     def task(self, task_id: str) -> Task:
         """The engine's Task for a nodeid (the test itself is the prompt, so it is empty)."""
-        if task_id not in set(self._split.all_tasks):
+        if task_id not in self._known:
             raise ValueError(f"unknown task id {task_id!r}; the run has no such task")
         return Task(task_id, "")
 
@@ -290,7 +286,7 @@ class SandboxedVerifier:
         A candidate ruled out as a whole (frozen violation, collection error)
         earns 0.0, and its observation's record carries the reason as message.
         """
-        if task_id not in set(self._split.all_tasks):
+        if task_id not in self._known:
             raise ValueError(f"unknown task id {task_id!r}; the run has no such task")
         if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 0:
             raise ValueError(f"repeat must be an integer >= 0, got {repeat!r}")
@@ -386,11 +382,7 @@ class SandboxedVerifier:
     def _run(self, state: dict[str, str], artifact: str, context: str, missing: Sequence[Key],
              have: dict[Key, TestRecord]) -> Verdict | None:
         """Run the missing (test, repeat) pairs; fill ``have``; a verdict if the candidate lost."""
-        by_test: dict[str, list[int]] = {}
-        for nodeid, repeat in missing:
-            by_test.setdefault(nodeid, []).append(repeat)
-        plan = {n: (min(rs), max(rs) - min(rs) + 1) for n, rs in by_test.items()}
-        chunks = split_plan(plan, self._eval_concurrency)
+        chunks = split_plan(spans(missing), self._eval_concurrency)
         if len(chunks) == 1:
             results = [self._run_chunk(state, chunks[0])]
         else:
@@ -565,10 +557,8 @@ def _walk(folder: str, prefix: str, found: dict[str, Sig], *, top: bool = False)
             st = entry.stat(follow_symlinks=False)
         except OSError:
             continue
-        is_dir = stat.S_ISDIR(st.st_mode)
-        found[rel] = (st.st_mode, 0 if is_dir else st.st_size,
-                      0 if is_dir else st.st_mtime_ns, 0 if is_dir else st.st_ctime_ns, st.st_ino)
-        if not is_dir:
+        found[rel] = signature(st)
+        if not stat.S_ISDIR(st.st_mode):
             continue
         if top and entry.name == ".git":
             for name in _WATCHED_GIT:
@@ -576,9 +566,7 @@ def _walk(folder: str, prefix: str, found: dict[str, Sig], *, top: bool = False)
                 if os.path.isdir(sub) and not os.path.islink(sub):
                     _walk(sub, f"{rel}/{name}/", found)
                 elif os.path.lexists(sub):
-                    st = os.lstat(sub)
-                    found[f"{rel}/{name}"] = (st.st_mode, st.st_size, st.st_mtime_ns,
-                                              st.st_ctime_ns, st.st_ino)
+                    found[f"{rel}/{name}"] = signature(os.lstat(sub))
             continue
         _walk(entry.path, rel + "/", found)
 

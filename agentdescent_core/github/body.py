@@ -282,8 +282,10 @@ def _join(sections: Sequence[_Section]) -> str:
 
 def _shrink(sections: Sequence[_Section], section: _Section, limit: int) -> None:
     """Drop entries from the end of ``section`` until the body fits (or it has none left)."""
-    while section.entries and len(_join(sections)) > limit:
+    while section.entries:
         over = len(_join(sections)) - limit
+        if over <= 0:
+            return
         # Drop several entries at once when far over, then one at a time near the limit.
         drop = 1
         size = 0

@@ -154,7 +154,8 @@ def _publish(handle: GitRemote, *, token: str, api_url: str, repository: str | N
         check_remote_known(handle, stable_ref, found.get(stable_ref), local)
         handle.fetch_commit(base_ref, base_sha)
         reason, diffstat = _proposal(handle, base_sha, stable_sha)
-        pushed = bool(handle.push([stable_ref]))
+        # The lease is the value check_remote_known vetted: a push since then is refused.
+        pushed = bool(handle.push([stable_ref], seen=found))
         owner = repository.split("/")[0]
         pulls = client.open_pulls(f"{owner}:{branch}")
         pull = pulls[0] if pulls else None

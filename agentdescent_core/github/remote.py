@@ -205,8 +205,13 @@ class GitRemote:
             f"{_last_lines(err)}; check the branch exists on the remote and you can read it"
         )
 
-    def push(self, refs: Sequence[str]) -> list[str]:
-        """Push local ``refs`` (full names) with a lease each; the refs that moved."""
+    def push(self, refs: Sequence[str], *, seen: Mapping[str, str] | None = None) -> list[str]:
+        """Push local ``refs`` (full names) with a lease each; the refs that moved.
+
+        The lease of each ref is its remote value in ``seen`` (an earlier
+        :meth:`ls_remote` answer, a ref missing from it being absent), else what
+        ``ls-remote`` says now.
+        """
         local: dict[str, str] = {}
         for ref in refs:
             sha = self.local_sha(ref)
@@ -216,7 +221,7 @@ class GitRemote:
                     "the evolution first (pytest --evolve PATH) or check the branch prefix"
                 )
             local[ref] = sha
-        remote = self.ls_remote(local)
+        remote = self.ls_remote(local) if seen is None else seen
         pending = [ref for ref in local if remote.get(ref) != local[ref]]
         if not pending:
             return []

@@ -53,8 +53,6 @@ __all__ = [
 STOP_REASONS: tuple[str, ...] = ("max_generations", "target", "budget", "patience", "risk",
                                  "cancelled", "kill-switch", "error", "config")
 
-ACTIONS: tuple[str, ...] = ("accept", "reject", "defer", "rollback", "stop")
-
 
 @dataclass(frozen=True)
 class LoopObservation:

@@ -95,6 +95,9 @@ CREATE TABLE IF NOT EXISTS leases (
     expires_at REAL NOT NULL
 ) WITHOUT ROWID;
 """
+# The columns _run and _event read, in their order.
+_RUN_COLUMNS = "run_id, key, status, created_at, updated_at, config, result"
+_EVENT_COLUMNS = "run_id, seq, key, kind, payload, created_at"
 
 
 class RunStoreError(AgentDescentError):
@@ -244,18 +247,14 @@ class SqliteRunStore(SqliteFile):
             return run_id
 
     def get_run(self, run_id: str) -> RunRecord:
-        rows = self._query(
-            "SELECT run_id, key, status, created_at, updated_at, config, result FROM runs "
-            "WHERE run_id = ?", (run_id,),
-        )
+        rows = self._query(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,))
         if not rows:
             raise UnknownRunError(run_id, self.path)
         return _run(rows[0])
 
     def runs(self, *, limit: int | None = None) -> list[RunRecord]:
         """Every run, newest first (at most ``limit``)."""
-        sql = ("SELECT run_id, key, status, created_at, updated_at, config, result FROM runs "
-               "ORDER BY id DESC")
+        sql = f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY id DESC"
         params: tuple[object, ...] = ()
         if limit is not None:
             sql += " LIMIT ?"
@@ -316,12 +315,9 @@ class SqliteRunStore(SqliteFile):
 
     def events(self, run_id: str) -> list[RunEvent]:
         """The run's events in ``seq`` order (an unknown run has none)."""
-        rows = self._query(
-            "SELECT run_id, seq, key, kind, payload, created_at FROM events WHERE run_id = ? "
-            "ORDER BY seq", (run_id,),
-        )
-        return [RunEvent(run_id=r[0], seq=int(r[1]), key=r[2], kind=r[3],
-                         payload=json.loads(r[4]), created_at=float(r[5])) for r in rows]
+        rows = self._query(f"SELECT {_EVENT_COLUMNS} FROM events WHERE run_id = ? ORDER BY seq",
+                           (run_id,))
+        return [_event(row) for row in rows]
 
     # ---------------------------------------------------------------- leases
 
@@ -368,9 +364,7 @@ class SqliteRunStore(SqliteFile):
     def lease(self, name: str) -> Lease | None:
         """The lease as stored (possibly expired), or ``None``."""
         rows = self._query("SELECT name, holder, expires_at FROM leases WHERE name = ?", (name,))
-        if not rows:
-            return None
-        return Lease(name=rows[0][0], holder=rows[0][1], expires_at=float(rows[0][2]))
+        return _lease(rows[0]) if rows else None
 
     @staticmethod
     def _put_lease(db: sqlite3.Connection, name: str, holder: str, expires_at: float) -> Lease:
@@ -391,11 +385,10 @@ class SqliteRunStore(SqliteFile):
                 self._db.execute("BEGIN")
                 try:
                     run_rows = self._db.execute(
-                        "SELECT run_id, key, status, created_at, updated_at, config, result "
-                        "FROM runs WHERE run_id = ?", (run_id,)).fetchall()
+                        f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)).fetchall()
                     event_rows = self._db.execute(
-                        "SELECT run_id, seq, key, kind, payload, created_at FROM events "
-                        "WHERE run_id = ? ORDER BY seq", (run_id,)).fetchall()
+                        f"SELECT {_EVENT_COLUMNS} FROM events WHERE run_id = ? ORDER BY seq",
+                        (run_id,)).fetchall()
                     lease_rows = self._db.execute(
                         "SELECT name, holder, expires_at FROM leases ORDER BY name").fetchall()
                 finally:
@@ -404,15 +397,10 @@ class SqliteRunStore(SqliteFile):
                 raise RunStoreError(f"reading the run store {self.path} failed: {exc}") from exc
         if not run_rows:
             raise UnknownRunError(run_id, self.path)
-        events = [RunEvent(run_id=r[0], seq=int(r[1]), key=r[2], kind=r[3],
-                           payload=json.loads(r[4]), created_at=float(r[5])).to_dict()
-                  for r in event_rows]
-        leases = [Lease(name=r[0], holder=r[1], expires_at=float(r[2])).to_dict()
-                  for r in lease_rows]
-        return {"run": _run(run_rows[0]).to_dict(), "events": events, "leases": leases,
+        return {"run": _run(run_rows[0]).to_dict(),
+                "events": [_event(row).to_dict() for row in event_rows],
+                "leases": [_lease(row).to_dict() for row in lease_rows],
                 "taken_at": time.time()}
-
-    # ---------------------------------------------------------------- housekeeping
 
 
 def _run(row: tuple[Any, ...]) -> RunRecord:
@@ -421,6 +409,15 @@ def _run(row: tuple[Any, ...]) -> RunRecord:
         updated_at=float(row[4]), config=json.loads(row[5]),
         result=None if row[6] is None else json.loads(row[6]),
     )
+
+
+def _event(row: tuple[Any, ...]) -> RunEvent:
+    return RunEvent(run_id=row[0], seq=int(row[1]), key=row[2], kind=row[3],
+                    payload=json.loads(row[4]), created_at=float(row[5]))
+
+
+def _lease(row: tuple[Any, ...]) -> Lease:
+    return Lease(name=row[0], holder=row[1], expires_at=float(row[2]))
 
 
 def _check_ttl(ttl: float) -> None:

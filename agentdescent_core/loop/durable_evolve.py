@@ -162,7 +162,8 @@ def clear_stale_ref_locks(repo_path: str | os.PathLike[str], prefix: str) -> lis
     """
     import git
 
-    common = Path(git.Repo(str(repo_path)).common_dir)
+    with git.Repo(str(repo_path)) as repo:
+        common = Path(repo.common_dir)
     removed = []
     roots = [common / "refs" / "heads" / prefix.rstrip("/"), common / "refs" / prefix.rstrip("/")]
     for root in roots:
@@ -214,6 +215,10 @@ def evolve_durably(
     """
     store = kernel.store
     replayed = len(kernel.report(run_id).generations)
+    # Only the generation in flight when a process died can have committed without
+    # being recorded, and it is the first one this process runs: look it up once.
+    resumed = store.get_run(run_id).status == "running"
+    recovered = _stamped_commit(ledger, run_id, replayed) if resumed else None
     lease = store.lease(run_id)
     if lease is not None and lease.holder != holder and _holder_is_dead(lease.holder):
         store.break_lease(run_id)  # the killed run's own lease on its kernel run
@@ -229,9 +234,8 @@ def evolve_durably(
             raise
 
     def _round(context: LoopContext, generation: int) -> LoopObservation:
-        found = _stamped_commit(ledger, run_id, generation)
-        if found is not None:  # the round committed, then the process died
-            sha, reward = found
+        if generation == replayed and recovered is not None:
+            sha, reward = recovered  # the round committed, then the process died
             value = reward if reward is not None else run.reward
             return LoopObservation(
                 reward=_number(value, context.best_reward), cost=0.0, artifact_id=sha,

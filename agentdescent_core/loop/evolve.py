@@ -172,6 +172,7 @@ class _SyncDriver(DriverBase):
         self._threaded = max_concurrency > 1 or round_timeout is not None
         self._all_failed_rounds = 0
         self._backoff_rounds = 0
+        self._snapshots: list[Snapshot] = []  # what each worker last read, set by begin()
 
     # ------------------------------------------------------------ the loop
 
@@ -187,7 +188,6 @@ class _SyncDriver(DriverBase):
 
     def begin(self) -> bool:
         """Measure the starting head; False when the run must not start a round."""
-        self._snapshots: list[Snapshot] = []
         try:
             self.initial_reward = self.measure()
             self.note_reward(self.initial_reward)

@@ -56,6 +56,7 @@ from agentdescent_core.loop.decide import (
     observation_problem,
     span_id,
 )
+from agentdescent_core.loop.decide import _number as _finite
 from agentdescent_core.loop.durable import (
     TERMINAL_STATUSES,
     RunEvent,
@@ -189,11 +190,6 @@ class LoopReport:
             "generations": [g.to_dict() for g in self.generations],
             "failures": [dict(f) for f in self.failures], "config": dict(self.config),
         }
-
-
-def _finite(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) \
-        and math.isfinite(value)
 
 
 def _name(thing: object) -> str:

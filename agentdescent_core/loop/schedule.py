@@ -28,7 +28,6 @@ outside ``refs/heads``, so it never shows up as a branch.
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -37,6 +36,8 @@ from typing import Any
 
 from agentdescent_core.errors import LedgerError
 from agentdescent_core.ledger.plumbing import GitRepo, RefUpdate, RefUpdateFailed
+from agentdescent_core.loop.controller import ControllerConfig, SessionOutcome, run_controller
+from agentdescent_core.loop.controller import _finite_or_none as _reward
 
 __all__ = [
     "HISTORY_FILE",
@@ -128,8 +129,6 @@ def decide_session(
     degradation: float = 0.15,
 ) -> SessionDecision:
     """The rule of the module docstring; ``history`` is oldest first."""
-    from agentdescent_core.loop.controller import ControllerConfig, SessionOutcome, run_controller
-
     if patience is None:
         return SessionDecision(True, "always", "evolve_session_patience is not set, so every "
                                                "session evolves")
@@ -230,12 +229,6 @@ class SessionHistory:
             ) from None
         return [SessionEntry.from_json(item) for item in data.get("sessions") or []
                 if isinstance(item, Mapping)]
-
-
-def _reward(value: object) -> float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
 
 
 def _peak(entry: SessionEntry) -> float | None:

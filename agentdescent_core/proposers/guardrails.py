@@ -48,7 +48,7 @@ ScriptPolicy = Literal["warn", "reject"]
 class Finding:
     """One thing a guardrail noticed in one file of a proposal (never the secret itself)."""
 
-    kind: str  # "secret" | "pii" | "script" | "size"
+    kind: FindingKind
     path: str
     detail: str
     critical: bool

@@ -160,9 +160,11 @@ def _describe_status(exc: Any, provider: str, max_retries: int) -> tuple[str, in
 
 
 class _SDKBackend:
-    """What the two SDK backends share: their settings and the error translation."""
+    """What the two SDK backends share: their settings, client and error translation.
 
-    endpoint: str
+    A subclass only says how to build its SDK client (``_client``) and how to call it.
+    """
+
     provider: str
 
     def __init__(
@@ -173,9 +175,19 @@ class _SDKBackend:
         temperature: float,
         timeout: float,
         max_retries: int,
+        api_key: str | None,
+        base_url: str | None,
     ) -> None:
         self.model, self.max_tokens, self.temperature = model, max_tokens, temperature
         self.timeout, self.max_retries = timeout, max_retries
+        self.client = self._client(api_key, base_url)
+        self.endpoint = str(self.client.base_url).rstrip("/")
+
+    def _client(self, api_key: str | None, base_url: str | None) -> Any:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.client.close()
 
     def _fail(self, exc: Exception) -> ModelBackendError:
         where = f"the {self.provider} endpoint {self.endpoint}"
@@ -215,24 +227,12 @@ class _SDKBackend:
 
 class _AnthropicBackend(_SDKBackend):
     provider = "anthropic"
+    client: anthropic.Anthropic
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        max_tokens: int,
-        temperature: float,
-        timeout: float,
-        max_retries: int,
-        api_key: str | None,
-        base_url: str | None,
-    ) -> None:
-        super().__init__(model, max_tokens=max_tokens, temperature=temperature,
-                         timeout=timeout, max_retries=max_retries)
-        self.client = anthropic.Anthropic(
-            api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries
+    def _client(self, api_key: str | None, base_url: str | None) -> anthropic.Anthropic:
+        return anthropic.Anthropic(
+            api_key=api_key, base_url=base_url, timeout=self.timeout, max_retries=self.max_retries
         )
-        self.endpoint = str(self.client.base_url).rstrip("/")
 
     def call(self, system: str, user: str) -> tuple[str, Usage, str]:
         kwargs: dict[str, Any] = {}
@@ -260,33 +260,18 @@ class _AnthropicBackend(_SDKBackend):
         )
         return text, tokens, str(message.model or self.model)
 
-    def close(self) -> None:
-        self.client.close()
-
 
 class _OpenAIBackend(_SDKBackend):
     provider = "openai"
+    client: openai.OpenAI
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        max_tokens: int,
-        temperature: float,
-        timeout: float,
-        max_retries: int,
-        api_key: str | None,
-        base_url: str | None,
-    ) -> None:
-        super().__init__(model, max_tokens=max_tokens, temperature=temperature,
-                         timeout=timeout, max_retries=max_retries)
+    def _client(self, api_key: str | None, base_url: str | None) -> openai.OpenAI:
         local = base_url or os.environ.get("OPENAI_BASE_URL")
         if api_key is None and not os.environ.get("OPENAI_API_KEY") and local:
             api_key = PLACEHOLDER_KEY
-        self.client = openai.OpenAI(
-            api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries
+        return openai.OpenAI(
+            api_key=api_key, base_url=base_url, timeout=self.timeout, max_retries=self.max_retries
         )
-        self.endpoint = str(self.client.base_url).rstrip("/")
 
     def call(self, system: str, user: str) -> tuple[str, Usage, str]:
         messages: list[Any] = []
@@ -320,9 +305,6 @@ class _OpenAIBackend(_SDKBackend):
         )
         return text, tokens, str(response.model or self.model)
 
-    def close(self) -> None:
-        self.client.close()
-
 
 class _CallableBackend:
     """Any ``prompt -> text`` function as a model (tests, local scripts, other SDKs)."""
@@ -336,7 +318,7 @@ class _CallableBackend:
         positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
         required = [p for p in params if p.kind in positional and p.default is p.empty]
         variadic = any(p.kind == inspect.Parameter.VAR_POSITIONAL for p in params)
-        self.two_args = len(required) >= 2 or (variadic and len(required) < 2 and not required)
+        self.two_args = len(required) >= 2 or (variadic and not required)
 
     def call(self, system: str, user: str) -> tuple[str, Usage, str]:
         try:

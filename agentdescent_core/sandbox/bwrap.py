@@ -32,11 +32,15 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import threading
 from collections.abc import Iterable
 from pathlib import Path
 
-from agentdescent_core.sandbox.local import SandboxSetupError, run_supervised
+from agentdescent_core.sandbox.local import (
+    ProbedOnce,
+    SandboxSetupError,
+    require_workspace,
+    run_supervised,
+)
 from agentdescent_core.sandbox.spec import RunResult, RunSpec
 
 __all__ = ["HOME_LIKE_DIRS", "BwrapBackend"]
@@ -56,7 +60,7 @@ def _depth(path: Path) -> int:
     return len(path.parts)
 
 
-class BwrapBackend:
+class BwrapBackend(ProbedOnce):
     """Namespaces: host and workspace read-only except the artifact paths and scratch."""
 
     name = "bwrap"
@@ -64,24 +68,15 @@ class BwrapBackend:
     """bwrap always sets PWD to the working directory (the workspace)."""
 
     def __init__(self, executable: str | None = None) -> None:
+        super().__init__()
         self._executable = executable
-        self._reason: str | None = None
-        self._probed = False
-        self._lock = threading.Lock()
 
     @property
     def executable(self) -> str | None:
         return self._executable or shutil.which("bwrap")
 
-    def unavailable_reason(self) -> str | None:
-        """Probe once per instance: is bwrap installed, and may it create namespaces here?"""
-        with self._lock:
-            if not self._probed:
-                self._reason = self._probe()
-                self._probed = True
-            return self._reason
-
     def _probe(self) -> str | None:
+        """Is bwrap installed, and may it create namespaces here?"""
         executable = self.executable
         if executable is None:
             return "bwrap is not installed: install bubblewrap (apt-get install bubblewrap)"
@@ -161,10 +156,7 @@ class BwrapBackend:
 
     def run(self, spec: RunSpec) -> RunResult:
         """Run ``spec`` inside a fresh bwrap sandbox (environment exactly ``spec.env``)."""
-        if not spec.workspace.is_dir():
-            raise SandboxSetupError(
-                f"workspace {spec.workspace} does not exist: create the workspace before running"
-            )
+        require_workspace(spec)
         for directory in (spec.scratch, *spec.extra_writable):
             Path(directory).mkdir(parents=True, exist_ok=True)
         return run_supervised(

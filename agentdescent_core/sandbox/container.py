@@ -33,12 +33,16 @@ import io
 import os
 import signal
 import tarfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from agentdescent_core.sandbox.local import OUTPUT_LIMIT_BYTES, SandboxSetupError
+from agentdescent_core.sandbox.local import (
+    ProbedOnce,
+    SandboxSetupError,
+    read_output,
+    require_workspace,
+)
 from agentdescent_core.sandbox.spec import RunResult, RunSpec
 
 __all__ = ["EMPTY_IMAGE", "SYSTEM_DIRS", "SYSTEM_ETC", "DockerBackend"]
@@ -79,19 +83,7 @@ def _empty_tar() -> bytes:
     return buffer.getvalue()
 
 
-def _truncate(data: bytes, limit: int = OUTPUT_LIMIT_BYTES) -> str:
-    if len(data) <= limit:
-        return data.decode("utf-8", errors="replace")
-    half = limit // 2
-    dropped = len(data) - 2 * half
-    return (
-        data[:half].decode("utf-8", errors="replace")
-        + f"\n... [{dropped} bytes of output dropped] ...\n"
-        + data[-half:].decode("utf-8", errors="replace")
-    )
-
-
-class DockerBackend:
+class DockerBackend(ProbedOnce):
     """A container per run: the same isolation as ``bwrap``, plus a pids/memory cgroup."""
 
     name = "docker"
@@ -102,13 +94,11 @@ class DockerBackend:
     ) -> None:
         if ":" not in empty_image:
             raise ValueError(f"empty_image {empty_image!r} must be 'repository:tag'")
+        super().__init__()
         self._image = image
         self._empty_image = empty_image
         self.cpus = cpus
         self._client: Any = None
-        self._reason: str | None = None
-        self._probed = False
-        self._lock = threading.Lock()
 
     @property
     def image_name(self) -> str:
@@ -116,15 +106,8 @@ class DockerBackend:
 
     # ------------------------------------------------------------------ availability
 
-    def unavailable_reason(self) -> str | None:
-        """Probe once: the SDK, the daemon, and the image (imported here when it is ours)."""
-        with self._lock:
-            if not self._probed:
-                self._reason = self._probe()
-                self._probed = True
-            return self._reason
-
     def _probe(self) -> str | None:
+        """The SDK, the daemon, and the image (imported here when it is ours)."""
         try:
             import docker
             import docker.errors
@@ -202,10 +185,7 @@ class DockerBackend:
         import docker.types
 
         client = self._ready_client()
-        if not spec.workspace.is_dir():
-            raise SandboxSetupError(
-                f"workspace {spec.workspace} does not exist: create the workspace before running"
-            )
+        require_workspace(spec)
         for directory in (spec.scratch, *spec.extra_writable):
             Path(directory).mkdir(parents=True, exist_ok=True)
         binds, tmpfs = self.mounts(spec)
@@ -274,8 +254,8 @@ class DockerBackend:
             if killed is None and returncode is not None and 128 < returncode < 160:
                 # Docker reports death by signal N as 128 + N; keep the spec's negative convention.
                 returncode = -(returncode - 128)
-            stdout = _truncate(container.logs(stdout=True, stderr=False))
-            stderr = _truncate(container.logs(stdout=False, stderr=True))
+            stdout = read_output(io.BytesIO(container.logs(stdout=True, stderr=False)))
+            stderr = read_output(io.BytesIO(container.logs(stdout=False, stderr=True)))
         except docker.errors.DockerException as exc:
             raise SandboxSetupError(f"docker failed while running the sandbox: {exc}") from exc
         finally:

@@ -14,10 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["interpreter_paths", "minimal_paths"]
+__all__ = ["interpreter_paths", "minimal_paths", "package_root"]
 
 
-def _package_dir(module_name: str) -> Path | None:
+def package_root(module_name: str) -> Path | None:
+    """The directory holding the package ``module_name`` (its ``sys.path`` entry), or None."""
     module = sys.modules.get(module_name)
     if module is None:
         try:
@@ -89,7 +90,7 @@ def interpreter_paths() -> tuple[Path, ...]:
     for entry in _clean_sys_path():
         add(entry)
     for name in ("agentdescent_core", "pytest_agentdescent"):
-        package_dir = _package_dir(name)
+        package_dir = package_root(name)
         if package_dir is not None:
             add(package_dir)
     filtered = [path for path in candidates if path != Path("/")]

@@ -41,6 +41,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -53,7 +54,10 @@ __all__ = [
     "OUTPUT_LIMIT_BYTES",
     "WATCH_INTERVAL",
     "LocalBackend",
+    "ProbedOnce",
     "SandboxSetupError",
+    "read_output",
+    "require_workspace",
     "run_supervised",
 ]
 
@@ -326,6 +330,36 @@ def run_supervised(
     )
 
 
+def require_workspace(spec: RunSpec) -> None:
+    """Refuse to run when the spec's workspace directory does not exist."""
+    if not spec.workspace.is_dir():
+        raise SandboxSetupError(
+            f"workspace {spec.workspace} does not exist: create the workspace before running"
+        )
+
+
+class ProbedOnce:
+    """``unavailable_reason()`` is what ``_probe()`` says, asked once per instance.
+
+    Thread-safe: concurrent first callers wait for the one probe.
+    """
+
+    def __init__(self) -> None:
+        self._reason: str | None = None
+        self._probed = False
+        self._lock = threading.Lock()
+
+    def unavailable_reason(self) -> str | None:
+        with self._lock:
+            if not self._probed:
+                self._reason = self._probe()
+                self._probed = True
+            return self._reason
+
+    def _probe(self) -> str | None:
+        raise NotImplementedError
+
+
 def check_network(network: str, backend: str) -> None:
     """Refuse network ``none`` for a backend that cannot cut the network (``local``)."""
     if network == "none":
@@ -350,10 +384,7 @@ class LocalBackend:
     def run(self, spec: RunSpec) -> RunResult:
         """Run ``spec.argv`` in the workspace; ``writable``/``hidden`` are not enforced here."""
         check_network(spec.network, self.name)
-        if not spec.workspace.is_dir():
-            raise SandboxSetupError(
-                f"workspace {spec.workspace} does not exist: create the workspace before running"
-            )
+        require_workspace(spec)
         return run_supervised(
             spec.argv,
             cwd=spec.workspace,

@@ -231,19 +231,24 @@ def real_parents(base: str, rel: str) -> bool:
     return True
 
 
-def make_dir(full: str, mode: int) -> None:
-    """A real directory with ``mode`` at ``full``, replacing any file or link there."""
+def make_dir(full: str, mode: int) -> bool:
+    """A real directory with ``mode`` at ``full``, replacing any file or link there.
+
+    Returns True when it replaced such a file or link.
+    """
     try:
         st = os.lstat(full)
     except FileNotFoundError:
         st = None
-    if st is not None and not stat.S_ISDIR(st.st_mode):
+    replaced = st is not None and not stat.S_ISDIR(st.st_mode)
+    if replaced:
         os.unlink(full)
         st = None
     if st is None:
         os.mkdir(full, mode)
     if st is None or stat.S_IMODE(st.st_mode) != mode:
         os.chmod(full, mode)
+    return replaced
 
 
 def ensure_dirs(root: str, rel_dir: str, mode: int) -> list[str]:

@@ -44,7 +44,6 @@ import hashlib
 import os
 import re
 import shutil
-import stat
 import tempfile
 import threading
 import time
@@ -504,14 +503,8 @@ class Workspace:
             assert want is not None
             parent = path.rpartition("/")[0]
             self._record_created(ensure_dirs(self._root, parent, _DIR_MODE))
-            full = os.path.join(self._root, path)
-            try:
-                old = os.lstat(full)
-            except FileNotFoundError:
-                old = None
-            if old is not None and not stat.S_ISDIR(old.st_mode):
-                self._forget(path)
-            make_dir(full, want.mode)
+            if make_dir(os.path.join(self._root, path), want.mode):
+                self._forget(path)  # it was a file or link
             self._record(path, want)
         return restored
 

@@ -1,13 +1,18 @@
-"""Pieces the commands of the CLI share: arguments after ``--`` that belong to pytest."""
+"""Pieces the commands of the CLI share: arguments after ``--`` that belong to pytest,
+and where the ``agentdescent`` script is for a process that starts it again."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import click
 
-__all__ = ["PytestArgsCommand", "pytest_args"]
+__all__ = ["PytestArgsCommand", "installed_cli", "pytest_args"]
 
 _KEY = "agentdescent.pytest_args"
 
@@ -40,3 +45,10 @@ def pytest_args(ctx: click.Context | None = None) -> tuple[str, ...]:
     context = ctx if ctx is not None else click.get_current_context()
     found: Sequence[str] = context.meta.get(_KEY, ())
     return tuple(found)
+
+
+def installed_cli() -> str | None:
+    """The ``agentdescent`` script next to this interpreter (its virtualenv), else on PATH."""
+    name = "agentdescent.exe" if os.name == "nt" else "agentdescent"
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.exists() else shutil.which("agentdescent")

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from pytest_agentdescent.cli._common import installed_cli
 from pytest_agentdescent.cli.inifile import find_inifile
 
 __all__ = ["configured_roots", "main", "touched_roots"]
@@ -47,9 +47,7 @@ def touched_roots(roots: Sequence[str], files: Sequence[str], cwd: Path) -> list
 
 
 def _cli() -> list[str]:
-    name = "agentdescent.exe" if os.name == "nt" else "agentdescent"
-    beside = Path(sys.executable).parent / name
-    found = str(beside) if beside.exists() else shutil.which("agentdescent")
+    found = installed_cli()
     if found is None:
         return [sys.executable, "-c", "from pytest_agentdescent.cli import main; main()"]
     return [found]

@@ -16,10 +16,9 @@ from typing import Any
 import click
 
 from pytest_agentdescent.cli.project import repo_root, state_dir
+from pytest_agentdescent.runstate import RUN_STORE
 
-__all__ = ["RUN_STORE_NAME", "report", "run_history"]
-
-RUN_STORE_NAME = "runs.sqlite3"
+__all__ = ["report", "run_history"]
 
 _NOTHING_YET = "run `pytest --evolve PATH` (or `agentdescent run PATH`) first"
 
@@ -91,7 +90,7 @@ def report(as_json: bool, history: bool, limit: int | None, state: str | None) -
     root = repo_root()
     directory = state_dir(root, state)
     if history:
-        store_path = directory / RUN_STORE_NAME
+        store_path = directory / RUN_STORE
         if not store_path.is_file():
             raise click.ClickException(f"no run store at {store_path}: {_NOTHING_YET}")
         runs = run_history(store_path, limit=limit)
