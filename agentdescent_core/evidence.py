@@ -46,6 +46,10 @@ class MergeOutcome(str, enum.Enum):
     """Tensor parallelism: a worker edited a key outside its own section."""
     SECRET = "secret"
     """The proposal contains a secret (a token, a private key, a secret variable's value)."""
+    TAMPER = "tamper"
+    """The candidate's run reached past its tests: it changed the user's ``.git`` or the
+    state directory, or code under the artifact roots reached into the test process
+    (frames, the recorder, ctypes).  Never a reward."""
 
     def __str__(self) -> str:
         return self.value
