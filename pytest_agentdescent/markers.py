@@ -10,8 +10,9 @@ place those arguments are interpreted, so a plain run's summary line and the
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,9 @@ __all__ = [
     "GUARD_MARKER",
     "TaskMarker",
     "is_guard",
+    "mark_selected_tasks",
     "read_marker",
+    "task_expression",
     "validate_markers",
 ]
 
@@ -131,3 +134,43 @@ def validate_markers(items: Iterable[pytest.Item]) -> None:
             problems.append(str(exc))
     if problems:
         raise pytest.UsageError("\n".join(problems))
+
+
+# ---------------------------------------------------------------- tasks chosen from outside
+
+def task_expression(text: str) -> Any:
+    """``text`` compiled as a ``-k`` expression; ValueError (with pytest's reason) if bad.
+
+    ``evolve_tasks`` selects tasks without editing the tests, the way ``-k``
+    selects tests: words match test, class, module and marker names
+    (substrings, case-insensitive), combined with ``and`` / ``or`` / ``not``.
+    pytest's own expression language is used so the two can never disagree.
+    """
+    from _pytest.mark.expression import Expression
+
+    try:
+        return Expression.compile(text)
+    except Exception as exc:  # pytest's ParseError, which it does not export
+        raise ValueError(str(exc)) from None
+
+
+def mark_selected_tasks(items: Sequence[pytest.Item], text: str) -> int:
+    """Give every item that ``text`` selects an ``evolve`` mark it does not already carry.
+
+    Runs at collection, before markers are read, so everything downstream (the
+    plain run's summary line, the controller's tasks, the proposer's sources)
+    sees one kind of task whether it was marked in the test file or chosen by
+    the expression.  A test's own ``evolve(...)`` mark keeps its arguments.
+    Returns how many items were added.
+    """
+    from _pytest.mark import KeywordMatcher
+
+    expression = task_expression(text)
+    added = 0
+    for item in items:
+        if item.get_closest_marker(EVOLVE) is not None:
+            continue
+        if expression.evaluate(KeywordMatcher.from_item(item)):
+            item.add_marker(pytest.mark.evolve)
+            added += 1
+    return added

@@ -18,7 +18,12 @@ import os
 
 import pytest
 
-from pytest_agentdescent.markers import EVOLVE_MARKER, GUARD_MARKER, validate_markers
+from pytest_agentdescent.markers import (
+    EVOLVE_MARKER,
+    GUARD_MARKER,
+    mark_selected_tasks,
+    validate_markers,
+)
 from pytest_agentdescent.reward import CHILD_ENV
 from pytest_agentdescent.reward import evolve_reward as evolve_reward
 from pytest_agentdescent.settings import EvolveSettings, add_options, read_settings
@@ -39,28 +44,35 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hooks)
 
 
-def _xdist_in_use(config: pytest.Config) -> str | None:
-    """How pytest-xdist was asked to distribute this run (``-n 4``), or None."""
+def _xdist_in_use(config: pytest.Config) -> tuple[str, str] | None:
+    """How pytest-xdist was asked to distribute this run, and the option that undoes it.
+
+    Both come back as command-line text: ``("-n 4", "-n 0")``.  The undoing
+    option is always one that keeps xdist loaded: ``-p no:xdist`` would leave
+    an ``-n`` from ``addopts`` unrecognized and fail the run with a usage error.
+    """
     numprocesses = config.getoption("numprocesses", None)
     if numprocesses:
-        return f"-n {numprocesses}"
+        return f"-n {numprocesses}", "-n 0"
     dist = config.getoption("dist", "no")
     if dist and dist != "no":
-        return f"--dist {dist}"
+        return f"--dist {dist}", "--dist no"
     if config.getoption("tx", None):
-        return "--tx"
+        return "--tx", "-n 0 --dist no"
     return None
 
 
 def _refuse_xdist(config: pytest.Config) -> None:
-    how = _xdist_in_use(config)
-    if how is None:
+    found = _xdist_in_use(config)
+    if found is None:
         return
+    how, undo = found
     raise pytest.UsageError(
         f"--evolve cannot run under pytest-xdist ({how}): the evolution controller takes "
         "over the test loop and already runs candidates' tests in its own sandboxed "
-        "processes. Add -n 0 (or -p no:xdist) to the --evolve command line; for "
-        "parallelism use --evolve-workers and the evolve_eval_concurrency ini key"
+        f"processes. Add {undo} to the --evolve command line (later options win over "
+        "addopts); for parallelism use --evolve-workers and the evolve_eval_concurrency "
+        "ini key"
     )
 
 
@@ -93,5 +105,9 @@ def _summary() -> object:
     return RewardSummary()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get(CHILD_ENV) != "1":  # a child runs planned node ids, markers or not
+        expression = read_settings(config).tasks
+        if expression:
+            mark_selected_tasks(items, expression)
     validate_markers(items)

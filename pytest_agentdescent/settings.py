@@ -97,6 +97,7 @@ class EvolveSettings:
     prices: tuple[tuple[str, float, float], ...] = ()
     session_patience: int | None = None
     degradation: float = 0.15
+    tasks: str | None = None
 
     @property
     def enabled(self) -> bool:
@@ -226,6 +227,16 @@ def _prices(raw: object) -> tuple[tuple[str, float, float], ...]:
 
     return tuple((model, price.input_per_mtok, price.output_per_mtok)
                  for model, price in parse_price_lines(_strings(raw)).items())
+
+
+def _task_expression(raw: object) -> str | None:
+    from pytest_agentdescent.markers import task_expression
+
+    text = str(raw).strip()
+    if not text:
+        return None
+    task_expression(text)  # ValueError with pytest's reason when it does not parse
+    return text
 
 
 def _env(raw: object) -> tuple[str, ...]:
@@ -381,6 +392,10 @@ KNOBS: tuple[Knob, ...] = (
          _float_in(0.0, 1.0, low_open=True, high_open=False),
          "Scheduled sessions: evolve again when the baseline reward is more than this much "
          "below the best reward recorded (default 0.15)."),
+    Knob("tasks", "--evolve-tasks", "evolve_tasks", "value", "string",
+         "a -k style expression such as 'humanize and not slow'", _task_expression,
+         "Also make the tests this -k style expression selects tasks (names of tests, "
+         "classes, modules and markers), without editing the tests.", "EXPR"),
 )
 
 _DEFAULTS = EvolveSettings()
@@ -501,7 +516,7 @@ def _read(config: pytest.Config, knob: Knob) -> Any:
     try:
         return knob.convert(raw)
     except ValueError as exc:
-        detail = str(exc) if knob.field == "branch_prefix" else ""
+        detail = str(exc) if knob.field in ("branch_prefix", "tasks") else ""
         if knob.field == "env" and str(exc) != str(raw):
             detail = (f"{exc} is a credential that is never passed to candidate code; "
                       "remove it and give the agent a narrower key of its own")

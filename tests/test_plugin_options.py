@@ -346,6 +346,27 @@ def test_xdist_with_evolve_is_refused(pytester: pytest.Pytester) -> None:
     result.stderr.fnmatch_lines(["ERROR: --evolve cannot run under pytest-xdist (-n 2)*-n 0*"])
 
 
+@pytest.mark.parametrize(("addopts", "shown"), [("-n 2", "-n 2"), ("--dist load", "--dist load")])
+def test_xdist_advice_from_addopts_works_when_followed(
+    pytester: pytest.Pytester, addopts: str, shown: str
+) -> None:
+    """The refusal names an option; adding exactly that option gets past the refusal."""
+    pytest.importorskip("xdist")
+    (pytester.path / "skills").mkdir()
+    pytester.makeini(f"[pytest]\naddopts = {addopts}\n")
+    pytester.makepyfile("def test_x():\n    pass\n")
+    refused = pytester.runpytest("--evolve", "skills")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    message = refused.stderr.str()
+    assert f"pytest-xdist ({shown})" in message
+    advice = message.split("Add ", 1)[1].split(" to the --evolve command line", 1)[0]
+    assert "no:xdist" not in message
+    followed = pytester.runpytest("--evolve", "skills", *advice.split())
+    # past the xdist refusal: the next complaint is that there is no proposer / task
+    assert "pytest-xdist" not in followed.stderr.str()
+    assert "unrecognized arguments" not in followed.stderr.str()
+
+
 def test_plugin_import_stays_light() -> None:
     code = (
         "import sys, pytest_agentdescent.plugin, pytest_agentdescent.settings, "

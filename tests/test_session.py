@@ -327,3 +327,57 @@ def test_network_none_under_the_local_sandbox_is_refused_before_any_ref_moves(
     result.stderr.fnmatch_lines(["*--evolve-network none needs a sandbox that can cut the "
                                  "network*bwrap or docker*"])
     assert refs(agent_repo) == before
+
+
+# ---------------------------------------------------------------- --evolve-tasks
+
+SELECTABLE = """
+import pytest
+
+def test_humanize_words():
+    pass
+
+def test_humanize_numbers():
+    assert False
+
+@pytest.mark.slow
+def test_slow_path():
+    pass
+
+@pytest.mark.evolve(weight=3.0)
+def test_marked_humanize():
+    pass
+
+def test_other():
+    pass
+"""
+
+
+def test_evolve_tasks_selects_tasks_like_k_in_plain_and_evolve_runs(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(conftest=PROPOSER)
+    pytester.makeini("[pytest]\nmarkers = slow\nevolve_tasks = humanize or slow\n")
+    (pytester.path / "skills").mkdir()
+    (pytester.path / "skills" / "notes.md").write_text("notes\n")
+    (pytester.path / "tests").mkdir()
+    (pytester.path / "tests" / "test_sel.py").write_text(SELECTABLE)
+    commit_all(pytester.path)
+    plain = pytester.runpytest("-p", "no:cacheprovider")
+    # words, the slow marker; the marked test keeps its weight 3: (1 + 0 + 1 + 3) / 6
+    plain.stdout.fnmatch_lines(["evolve: 4 tasks, reward 0.833"])
+    listed = pytester.runpytest("--evolve", "skills", "--collect-only", "-q",
+                                "-p", "no:cacheprovider")
+    out = listed.stdout.str()
+    listed.stdout.fnmatch_lines(["tasks: 4 *"])
+    assert "test_other" not in out.split("agentdescent evolve")[1]
+    assert "train   tests/test_sel.py::test_marked_humanize  weight 3" in out
+    narrowed = pytester.runpytest("-p", "no:cacheprovider", "--evolve-tasks", "slow")
+    narrowed.stdout.fnmatch_lines(["evolve: 2 tasks, reward 1.000"])
+
+
+def test_a_bad_evolve_tasks_expression_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest("--evolve-tasks", "humanize and (")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --evolve-tasks must be a -k style expression*"
+                                 "got 'humanize and ('*"])
