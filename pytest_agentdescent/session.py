@@ -84,6 +84,7 @@ class EvolveSession:
         self._pr_failed = False
         self.pr_line: str | None = None
         self._started_at = time.time()
+        self._baseline_seconds: float | None = None
 
     # ---------------------------------------------------------------- collection
 
@@ -155,7 +156,7 @@ class EvolveSession:
         if self._model_setup is not None:
             self._model = self._start_model(plan, tree, state_dir)
         try:
-            ledger, base, ledger_line = self._ledger(plan, tree)
+            ledger, base, ledger_line, created = self._ledger(plan, tree)
         except RefusalError as exc:
             self._stop_model()
             raise pytest.UsageError(f"pytest --evolve cannot load the artifact: {exc}") from None
@@ -184,7 +185,7 @@ class EvolveSession:
                 self._out.line(f"warning: {note}", yellow=True)
             self._shown = len(self.warnings)
             return self._evolve(plan, tree, ledger, verifier, initial, base, backend.name,
-                                state_dir, run_state)
+                                state_dir, run_state, created)
         finally:
             if verifier is not None:
                 verifier.close()
@@ -244,7 +245,8 @@ class EvolveSession:
 
     def _evolve(self, plan: EvolvePlan, tree: FileTree, ledger: Ledger,
                 verifier: SandboxedVerifier, initial: Mapping[str, str], base: str,
-                sandbox: str, state_dir: Path, run_state: RunState) -> bool:
+                sandbox: str, state_dir: Path, run_state: RunState,
+                created: Sequence[str]) -> bool:
         from agentdescent_core.aggregator import AggregatorConfig
         from agentdescent_core.errors import AgentDescentError
         from agentdescent_core.loop.driver import describe as describe_error
@@ -290,8 +292,11 @@ class EvolveSession:
             split = verifier.split
             tasks = list(dict.fromkeys((*split.train, *split.held_out, *split.guards)))
             repeats = agg_config.base_repeats
-            before = _per_task(verifier, initial, tasks, repeats)
-            after = _per_task(verifier, result.state, tasks, repeats)
+            if broken is None:
+                before = _per_task(verifier, initial, tasks, repeats)
+                after = _per_task(verifier, result.state, tasks, repeats)
+            else:  # nothing was measured: the report says null, never 0.0
+                before, after = {}, {}
         self.warnings.extend(dict.fromkeys(str(w.message) for w in caught
                                            if not issubclass(w.category, DeprecationWarning)))
         dry = settings.dry_run
@@ -322,8 +327,16 @@ class EvolveSession:
                 "warnings": [*plan.notes, *self.warnings],
                 "session": None if decision is None else decision.to_json(),
                 "run": self._run_info,
+                "baseline_seconds": self._baseline_seconds,
+                "test_runs": verifier.evaluations,
             },
         )
+        if broken is not None and not dry:
+            gone = ledger.forget_branches(created, base)
+            if gone:  # the run leaves no ref behind that it created
+                report.update(dev=None, stable=None, versions=[])
+                self.warnings.append(f"removed {', '.join(gone)} again: this run created them "
+                                     "and could not measure its baseline")
         if decision is not None:
             problem = RunState.record_session(plan.layout.root, settings.branch_prefix, report,
                                               decision, split.eval_tasks, self._started_at)
@@ -390,20 +403,24 @@ class EvolveSession:
         """
         from agentdescent_core.errors import AgentDescentError
 
+        started, runs = time.monotonic(), verifier.evaluations
         try:
             reward = verifier.evaluate(state, verifier.split.eval_tasks, repeats).reward()
         except AgentDescentError:
             return None, None  # the engine retries and reports it in its own terms
         problem = verifier.candidate_error(state)
         if problem is not None:
-            return reward, (f"the tests do not run in the sandboxed workspace even with the "
-                            f"unchanged artifact, so no candidate can be judged: {problem}")
+            return None, (f"the tests do not run in the sandboxed workspace even with the "
+                          f"unchanged artifact, so no candidate can be judged: {problem}")
         refusal = verifier.disqualification(state)
         if refusal is not None:
-            return reward, (f"running the tests with the unchanged artifact already changes "
-                            f"frozen files, so every candidate would be disqualified: "
-                            f"{refusal.message}")
-        self._out.line(f"baseline  reward {reward:.3f}")
+            return None, (f"running the tests with the unchanged artifact already changes "
+                          f"frozen files, so every candidate would be disqualified: "
+                          f"{refusal.message}")
+        ran = verifier.evaluations - runs
+        self._baseline_seconds = time.monotonic() - started
+        self._out.line(f"baseline  reward {reward:.3f}  ({ran} test runs, "
+                       f"{self._baseline_seconds:.1f}s)")
         return reward, None
 
     def _backend(self) -> Any:
@@ -422,8 +439,10 @@ class EvolveSession:
             )
         return backend
 
-    def _ledger(self, plan: EvolvePlan, tree: FileTree) -> tuple[Ledger, str, str]:
-        """The run's ledger, the base commit and the header line saying which ledger it is."""
+    def _ledger(self, plan: EvolvePlan, tree: FileTree
+                ) -> tuple[Ledger, str, str, tuple[str, ...]]:
+        """The run's ledger, the base commit, the header line saying which ledger it is,
+        and the branches this run created (removed again if the baseline cannot be run)."""
         from agentdescent_core.errors import LedgerError
         from agentdescent_core.ledger.ledger import Ledger
 
@@ -435,7 +454,7 @@ class EvolveSession:
                 files = _files_at(plan.layout.root, base, tree)
                 scratch = Ledger.scratch(files, tree, prefix=prefix)
                 return scratch, base, ("ledger: dry run on a scratch repository; no ref of "
-                                       "this repository changes")
+                                       "this repository changes"), ()
             ledger = Ledger(plan.layout.root, tree, prefix=prefix)
             try:
                 branches = ledger.ensure_branches("HEAD")
@@ -451,7 +470,7 @@ class EvolveSession:
                     f"({branches.dev[:12]})")
         else:
             line = f"ledger: created {', '.join(branches.created)} at the base"
-        return ledger, branches.base, line
+        return ledger, branches.base, line, tuple(branches.created)
 
     def _verifier(self, plan: EvolvePlan, tree: FileTree, base: str, backend: Any,
                   cache: Any) -> SandboxedVerifier:
@@ -517,6 +536,20 @@ class EvolveSession:
         out.lines(summary_lines(report, report_path=f"{shown} (and report.md)"))
         if self.pr_line is not None:
             out.line(self.pr_line, red=self._pr_failed)
+        runs = int(report.get("test_runs") or 0)
+        if runs:
+            # pytest's closing line counts the reports in ``stats``: without this it
+            # would end hundreds of sandboxed test runs on "no tests ran"
+            terminalreporter.stats.setdefault(_RUNS_KEY, []).extend([_SandboxedRuns] * runs)
+
+
+_RUNS_KEY = "sandboxed test runs"
+
+
+class _SandboxedRuns:
+    """Stands for one test run of a candidate in pytest's closing line."""
+
+    count_towards_summary = True
 
 
 class _BrokenBaseline(Exception):

@@ -145,13 +145,18 @@ def _reasons(info: RoundInfo) -> str:
 
 def round_line(info: RoundInfo, *, total: int, previous: float | None, calls: int,
                elapsed: float) -> str:
-    """One progress line: round, reward (and its change), decision, proposer calls, elapsed."""
+    """One progress line: round, reward (and its change), decision, proposer calls, time.
+
+    The seconds are the round's own, as ``report.json`` has them (``seconds`` of
+    each history entry); ``elapsed``, the time since the rounds started, follows
+    as the total.
+    """
     width = len(str(total))
     reward = "reward   –  " if info.reward is None else f"reward {info.reward:.3f}"
     if info.reward is not None and previous is not None and abs(info.reward - previous) > 1e-12:
         reward += f" ({info.reward - previous:+.3f})"
     return (f"round {info.round:>{width}}/{total}  {reward:<22} {_reasons(info):<40}  "
-            f"calls {calls:<3} {elapsed:6.1f}s")
+            f"calls {calls:<3} {info.seconds:6.1f}s (total {elapsed:.1f}s)")
 
 
 def _r(value: object) -> str:
@@ -160,7 +165,11 @@ def _r(value: object) -> str:
 
 def summary_lines(report: Mapping[str, Any], *, report_path: str) -> list[str]:
     """The final table: reward before -> after, train/holdout, flips, commits, stop reason."""
-    lines = [f"reward    {_r(report.get('reward_before'))} -> {_r(report.get('reward_after'))}"]
+    before, after = report.get("reward_before"), report.get("reward_after")
+    if before is None and after is None:
+        lines = ["reward    not measured (nothing could be evaluated; the error below says why)"]
+    else:
+        lines = [f"reward    {_r(before)} -> {_r(after)}"]
     for name in ("train", "holdout"):
         part = report.get(name) or {}
         if part.get("tasks"):

@@ -297,12 +297,14 @@ def test_evolved_diff_is_a_unified_diff_per_file() -> None:
 
 
 def test_round_line_says_reward_change_decision_and_calls() -> None:
-    accepted = RoundInfo(round=2, reward=0.75, version=3, merged=1, reasons={"committed": 1})
+    accepted = RoundInfo(round=2, reward=0.75, version=3, merged=1, reasons={"committed": 1},
+                         seconds=1.5)
     line = round_line(accepted, total=10, previous=0.5, calls=2, elapsed=3.25)
     assert line.startswith("round  2/10  reward 0.750 (+0.250)")
     assert "accepted v3" in line
     assert "calls 2" in line
-    assert line.endswith("3.2s")
+    # the round's own seconds (as report.json has them), then the running total
+    assert line.endswith("   1.5s (total 3.2s)")
     rejected = RoundInfo(round=3, reward=0.75, version=3,
                          reasons={"below-threshold": 1, "frozen-violation": 1}, proposals=2)
     line = round_line(rejected, total=10, previous=0.75, calls=2, elapsed=4.0)

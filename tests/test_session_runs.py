@@ -347,6 +347,7 @@ def test_tests_that_do_not_run_in_the_workspace_end_the_run_saying_why(tmp_path:
     write(repo / "tests/helper_never_committed.py", "")
     user_git(repo, "add", "tests/test_bot.py")
     user_git(repo, "commit", "--quiet", "-m", "use a helper")
+    refs_before = ledger_refs(repo)
 
     result = evolve(repo)
 
@@ -356,8 +357,33 @@ def test_tests_that_do_not_run_in_the_workspace_end_the_run_saying_why(tmp_path:
     assert "the tests do not run in the sandboxed workspace" in report["error"]
     assert "helper_never_committed" in report["error"]
     assert report["calls"] == 0
-    assert ledger_refs(repo)["refs/heads/agentdescent/dev"] != base  # created at the new HEAD
+    # nothing was measured: null, not 0.0, and said so
+    assert report["reward_before"] is None and report["reward_after"] is None
+    assert report["eval_reward_before"] is None
+    assert all(row["before"] is None for row in report["tasks"])
+    assert "reward    not measured" in result.stdout
+    assert "baseline  reward" not in result.stdout
+    # the branches it created at the start are gone again; the user's refs are as they were
+    assert ledger_refs(repo) == refs_before
+    assert "refs/heads/agentdescent/dev" not in ledger_refs(repo)
     assert "UncommittedChanges" not in result.stderr
+
+
+def test_the_closing_line_counts_the_sandboxed_test_runs(tmp_path: Path) -> None:
+    repo = tmp_path / "agent"
+    make_agent_repo(repo)
+
+    result = evolve(repo, "--evolve-rounds", "1", "--evolve-dry-run")
+
+    assert result.returncode == 0, explain(result)
+    report = report_of(repo)
+    runs = report["test_runs"]
+    assert runs >= 10  # 10 tasks and the guard, twice each for the baseline at least
+    last = result.stdout.strip().splitlines()[-1]
+    assert f"{runs} sandboxed test runs in" in last, last
+    assert "no tests ran" not in last
+    assert report["baseline_seconds"] > 0
+    assert f"baseline  reward 0.000  (" in result.stdout
 
 
 def test_a_hook_that_raises_ends_the_run_with_exit_1_and_a_report(tmp_path: Path) -> None:

@@ -41,7 +41,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
@@ -370,6 +370,27 @@ class Ledger:
             return PromoteResult(target, on_dev[target], current, moved=True)
 
         return self._with_cas(f"promote {self.stable_branch}", attempt)
+
+    def forget_branches(self, created: Sequence[str], at: str) -> list[str]:
+        """Delete the ledger branches in ``created`` that still point at ``at``.
+
+        For a run that created its branches and then could not even measure its
+        baseline: it leaves no ref behind that it created.  A branch that moved
+        since (another run committed to it) is kept.  Returns the short names of
+        the branches deleted.
+        """
+        updates = []
+        for short in created:
+            ref = f"refs/heads/{short}"
+            if short in (self.dev_branch, self.stable_branch) and self.git.ref_value(ref) == at:
+                updates.append(RefUpdate(ref, self.git.zero_oid, at))
+        if not updates:
+            return []
+        try:
+            self.git.update_refs(updates, "agentdescent: remove the branches of an aborted run")
+        except RefUpdateFailed:
+            return []  # moved meanwhile: someone else's now
+        return [u.ref.removeprefix("refs/heads/") for u in updates]
 
     # ------------------------------------------------------------ internals
 
