@@ -341,7 +341,7 @@ def test_a_proposer_editing_tests_config_or_outside_the_roots_gets_nothing_accep
 
 def test_tests_that_do_not_run_in_the_workspace_end_the_run_saying_why(tmp_path: Path) -> None:
     repo = tmp_path / "agent"
-    base = make_agent_repo(repo)
+    make_agent_repo(repo)
     # a helper the tests import exists only in the working tree, not in the commit
     write(repo / "tests/test_bot.py", "import helper_never_committed\n" + TESTS)
     write(repo / "tests/helper_never_committed.py", "")
@@ -358,7 +358,8 @@ def test_tests_that_do_not_run_in_the_workspace_end_the_run_saying_why(tmp_path:
     assert "helper_never_committed" in report["error"]
     assert report["calls"] == 0
     # nothing was measured: null, not 0.0, and said so
-    assert report["reward_before"] is None and report["reward_after"] is None
+    assert report["reward_before"] is None
+    assert report["reward_after"] is None
     assert report["eval_reward_before"] is None
     assert all(row["before"] is None for row in report["tasks"])
     assert "reward    not measured" in result.stdout
@@ -383,7 +384,7 @@ def test_the_closing_line_counts_the_sandboxed_test_runs(tmp_path: Path) -> None
     assert f"{runs} sandboxed test runs in" in last, last
     assert "no tests ran" not in last
     assert report["baseline_seconds"] > 0
-    assert f"baseline  reward 0.000  (" in result.stdout
+    assert "baseline  reward 0.000  (" in result.stdout
 
 
 def test_a_hook_that_raises_ends_the_run_with_exit_1_and_a_report(tmp_path: Path) -> None:
