@@ -380,19 +380,44 @@ def test_uncommitted_edits_of_tests_or_artifacts_are_warned_about_once(
     skill = repo / "skills/calc/SKILL.md"
     original = skill.read_text()
     skill.write_text(original + "An edit not committed yet.\n")
-    (repo / "notes.txt").write_text("outside the artifact and the tests: not worth a warning\n")
+    (repo / "notes.txt").write_text("untracked, not Python, not config: not worth a warning\n")
     try:
         with pytest.warns(UncommittedChangesWarning, match="skills/calc/SKILL.md") as seen:
             made = make(agent_repo)
         made.close()
         assert len(seen) == 1
         assert "notes.txt" not in str(seen[0].message)
+        assert "artifact files skills/calc/SKILL.md" in str(seen[0].message)
     finally:
         skill.write_text(original)
         (repo / "notes.txt").unlink()
     with warnings.catch_warnings():
         warnings.simplefilter("error", UncommittedChangesWarning)
         make(agent_repo).close()
+
+
+@pytest.mark.parametrize("edit", ["conftest.py", "pytest.ini", "helpers/fixtures.py"])
+def test_uncommitted_frozen_files_are_warned_about_like_test_modules(
+    agent_repo: tuple[Path, str], edit: str,
+) -> None:
+    """A fixture or ini edit that plain pytest would see, and the sandbox would not."""
+    repo, _commit = agent_repo
+    path = repo / edit
+    existed = path.exists()
+    original = path.read_text() if existed else None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text((original or "") + "\n# edited, not committed\n")
+    try:
+        with pytest.warns(UncommittedChangesWarning) as seen:
+            make(agent_repo).close()
+        text = str(seen[0].message)
+        assert f"frozen files {edit}" in text
+        assert "differ from a plain pytest run" in text
+    finally:
+        if original is None:
+            path.unlink()
+        else:
+            path.write_text(original)
 
 
 def test_an_xdist_n_in_the_users_addopts_does_not_split_the_child(tmp_path: Path) -> None:

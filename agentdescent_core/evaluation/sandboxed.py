@@ -200,21 +200,46 @@ class SandboxedVerifier:
     def _warn_uncommitted(self) -> None:
         """Say once that edits not yet committed are not what gets evaluated.
 
-        Workspaces copy the commit, so a user who edited a test or a skill
-        file and ran ``pytest --evolve`` would otherwise wonder why the
-        results ignore the edit.
+        Workspaces copy the commit, so a user who edited a test, a conftest
+        fixture, the pytest config or a skill file and ran ``pytest --evolve``
+        would otherwise wonder why the results ignore the edit (a plain run
+        reads the working tree).  Every tracked file counts, frozen or
+        artifact; an untracked file counts where plain pytest would pick it up
+        (Python files, pytest config) or inside the artifact roots.
         """
-        prefix = f"{self.subdir}/" if self.subdir else ""
-        test_files = sorted({prefix + nodeid.split("::", 1)[0]
-                             for nodeid in self._split.all_tasks})
-        dirty = dirty_paths(self.repo, [*self._tree.roots, *test_files])
-        if dirty:
-            more = f" and {len(dirty) - 5} more" if len(dirty) > 5 else ""
-            listed = ", ".join(dirty[:5]) + more
-            warnings.warn(UncommittedChangesWarning(
-                f"uncommitted changes in {listed} are not evaluated: candidates run on "
-                f"commit {self.commit[:12]}; commit (or stash) them to include them"
-            ), stacklevel=3)
+        listed = [path for path in dirty_paths(self.repo)
+                  if self._matters_uncommitted(path)]
+        if not listed:
+            return
+        artifact = [p for p in listed if self._tree.contains(p) and not self._frozen.is_frozen(p)]
+        frozen = [p for p in listed if p not in set(artifact)]
+        parts = []
+        if frozen:
+            parts.append(f"frozen files {_few(frozen)}")
+        if artifact:
+            parts.append(f"artifact files {_few(artifact)}")
+        warnings.warn(UncommittedChangesWarning(
+            f"uncommitted changes to {' and to '.join(parts)} are not evaluated: candidates "
+            f"run on commit {self.commit[:12]}, so scores can differ from a plain pytest run; "
+            "commit (or stash) them to include them"
+        ), stacklevel=3)
+
+    def _matters_uncommitted(self, path: str) -> bool:
+        if path == ".agentdescent" or path.startswith(".agentdescent/"):
+            return False
+        if self._in_commit(path) or self._tree.contains(path):
+            return True
+        name = path.rsplit("/", 1)[-1]
+        return name.endswith(".py") or name in _PYTEST_CONFIGS
+
+    def _in_commit(self, path: str) -> bool:
+        import git
+
+        try:
+            git.Repo(self.repo).commit(self.commit).tree.join(path)
+        except (KeyError, ValueError, git.GitError):
+            return False
+        return True
 
     # ---------------------------------------------------------------- protocol
 
@@ -474,6 +499,15 @@ class SandboxedVerifier:
                 self._idle.append(workspace)
         if close:
             workspace.close()
+
+
+_PYTEST_CONFIGS = frozenset({"pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml",
+                              "pyproject.toml", "tox.ini", "setup.cfg", "conftest.py"})
+
+
+def _few(paths: Sequence[str]) -> str:
+    more = f" and {len(paths) - _SHOWN} more" if len(paths) > _SHOWN else ""
+    return ", ".join(paths[:_SHOWN]) + more
 
 
 def _check_subdir(subdir: str) -> str:
