@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 from agentdescent_core.artifacts.diff import Diff, apply_ops
 from agentdescent_core.artifacts.paths import (
-    is_executable_config,
     case_collision,
+    is_executable_config,
     is_inside,
     normalise_path,
     normalise_root,

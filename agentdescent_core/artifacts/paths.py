@@ -27,14 +27,14 @@ from agentdescent_core.errors import RefusalError
 
 __all__ = [
     "EXECUTABLE_CONFIG_NAMES",
+    "MAX_NAME_BYTES",
+    "MAX_PATH_BYTES",
+    "case_collision",
     "check_not_executable_config",
     "is_executable_config",
     "is_inside",
     "normalise_path",
     "normalise_root",
-    "MAX_NAME_BYTES",
-    "MAX_PATH_BYTES",
-    "case_collision",
     "refuse",
     "shown_path",
     "validate_file_path",
