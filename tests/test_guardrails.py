@@ -14,7 +14,12 @@ import threading
 import pytest
 
 from agentdescent_core.errors import RefusalError
-from agentdescent_core.proposers.guardrails import Finding, Guardrails, scan_ops
+from agentdescent_core.proposers.guardrails import (
+    Finding,
+    Guardrails,
+    GuardrailsTripped,
+    scan_ops,
+)
 
 ALNUM = string.ascii_letters + string.digits
 UPPER_DIGITS = string.ascii_uppercase + string.digits
@@ -415,8 +420,9 @@ def test_secrets_are_refused_and_counted_until_the_limit_trips():
         assert guard.violations == expected
         assert guard.tripped is None
     assert guard.check({"skills/a.md": "clean\n"}) == []
-    with pytest.raises(RefusalError):
+    with pytest.raises(GuardrailsTripped) as tripped:  # the limit-th: the run must end
         guard.check(secret_ops())
+    assert tripped.value.error.startswith("Guardrails: guardrails stopped the run after 3")
     reason = guard.tripped
     assert reason is not None
     assert "3 critical violations" in reason
@@ -486,7 +492,7 @@ def test_a_secret_already_in_the_same_file_does_not_block_edits_of_it():
     token = TOKENS["aws-access-key-id"][0]
     base = {"skills/a.md": f"Example: {token}\nold rule\n", "skills/b.md": "b\n"}
     edited = {"skills/a.md": f"Example: {token}\nnew rule\n"}
-    guard = Guardrails(env={})
+    guard = Guardrails(env={}, violation_limit=10)
     assert guard.check(edited, base=base) == []
     with pytest.raises(RefusalError):  # copying it into another file is new there
         guard.check({"skills/b.md": f"b {token}\n"}, base=base)
