@@ -20,7 +20,8 @@ When to stop instead of going on: the model endpoint failing before it ever
 answered (a wrong base URL, a dead server) ends the run at once with the error
 naming the endpoint — nothing suggests it will come back; after a first
 answer a failure costs that proposal only.  The guardrails' violation limit
-ends the run with their reason.  ``--evolve-max-usd`` raises the budget's stop
+ends the run with their reason (GuardrailsTripped, from the run's one
+Guardrails, which the workers share).  ``--evolve-max-usd`` raises the budget's stop
 before a call that would take the cost past it.
 """
 
@@ -29,7 +30,6 @@ from __future__ import annotations
 import difflib
 import re
 import threading
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -69,11 +69,11 @@ _LABEL = re.compile(r"^(?:diff|fused) [0-9a-f]{8} by [^:]+: ")
 
 
 class ProposerStopped(ContractError):
-    """The run must end now (a dead model endpoint, tripped guardrails); never retried.
+    """The run must end now (a dead model endpoint, a cache miss); never retried.
 
     A ContractError so the engine neither retries it nor lets a worker swallow
     it; ``kind`` is how the report's ``error`` names it (``BackendError``,
-    ``Guardrails``).
+    ``LLMCacheMiss``).  Tripped guardrails raise their own GuardrailsTripped.
     """
 
     def __init__(self, kind: str, message: str) -> None:
@@ -169,16 +169,16 @@ class ModelProposer:
             proposal = parse_edit_answer(completion.text, context.files)
             rationale, ops = proposal.rationale, proposal.ops
             ops = self._tree.validate_ops(ops)
-            # What the files already hold is not the proposal's doing (base=).
-            for finding in self._guardrails.check(ops, base=context.files):
-                self._note(f"{finding.kind} warning in {finding.path}: {finding.detail}")
+            # Checked here too (the workers check every proposal, this one included) so
+            # that a refusal is remembered for the next prompt with its content
+            # withheld; warnings are the workers' to give.  What the files already hold
+            # is not the proposal's doing (base=).  The violation limit raises
+            # GuardrailsTripped from check itself: the run ends.
+            self._guardrails.check(ops, base=context.files)
         except RefusalError as refusal:
             summary = (_summary(context.files, ops, rationale) if ops
                        else f"an answer that was not a usable edit: {_clip(completion.text)}")
             self._refused(context, tasks, refusal, _withhold_secrets(summary, ops))
-            tripped = self._guardrails.tripped
-            if tripped is not None:
-                raise ProposerStopped("Guardrails", tripped) from refusal
             raise
         changed = {p: v for p, v in sorted(ops.items())
                    if context.files.get(p) != v and not (v is None and p not in context.files)}
@@ -304,9 +304,6 @@ class ModelProposer:
                     break
 
     # ---------------------------------------------------------------- reporting
-
-    def _note(self, text: str) -> None:
-        warnings.warn(f"{self.spec}: {text}", RuntimeWarning, stacklevel=2)
 
     def close(self) -> None:
         self.client.close()

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from agentdescent_core.loop.durable_evolve import RepositoryLease
     from agentdescent_core.loop.result import EvolutionResult, RoundInfo
     from agentdescent_core.loop.schedule import SessionDecision
+    from agentdescent_core.proposers.guardrails import Guardrails
     from pytest_agentdescent.collect import EvolvePlan
     from pytest_agentdescent.proposer import HookProposer
     from pytest_agentdescent.terminal import Out
@@ -130,7 +131,7 @@ class RunState:
                    ledger: Ledger, verifier: SandboxedVerifier, proposer: HookProposer, *,
                    agg_config: AggregatorConfig, on_round: Callable[[RoundInfo], object],
                    last_round: Callable[[], RoundInfo | None], skip: str | None,
-                   out: Out) -> RoundsOutcome:
+                   out: Out, guardrails: Guardrails | None = None) -> RoundsOutcome:
         """The rounds as a LoopKernel run: a new run, or the unfinished one with the same key."""
         from agentdescent_core.loop.durable_evolve import evolve_durably, loop_config
         from agentdescent_core.loop.kernel import LoopKernel
@@ -155,7 +156,7 @@ class RunState:
             # nothing can beat a perfect reward: without a target, stop there
             target_reward=1.0 if settings.target is None else settings.target,
             max_calls=remaining, seed=settings.seed, on_round=on_round,
-            artifact_id="+".join(plan.roots),
+            artifact_id="+".join(plan.roots), guardrails=guardrails,
         )
         switch = kill_switch(self.state_dir)
         try:

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from agentdescent_core.ledger.ledger import Ledger
     from agentdescent_core.loop.result import EvolutionResult, RoundInfo
     from agentdescent_core.loop.schedule import SessionDecision
+    from agentdescent_core.proposers.guardrails import Guardrails
     from pytest_agentdescent.model_proposer import ModelProposer
     from pytest_agentdescent.proposer import HookProposer
 
@@ -79,6 +80,7 @@ class EvolveSession:
         self._shown = 0  # warnings already printed in the header
         self._proposer = ""
         self._model: ModelProposer | None = None
+        self._guardrails: Guardrails | None = None
         self._out = Out(config)
         self._run_info: dict[str, Any] | None = None
         self._pr_failed = False
@@ -151,8 +153,13 @@ class EvolveSession:
         """The run once this process holds the repository lease."""
         from agentdescent_core.errors import RefusalError
         from agentdescent_core.evaluation.cache import EvalCache, EvalCacheError
+        from agentdescent_core.proposers.guardrails import Guardrails
 
         settings = self.settings
+        # one gate for the run: the workers check every proposal (hook or model) with it
+        self._guardrails = Guardrails(
+            script_policy=settings.scripts,  # type: ignore[arg-type]
+            violation_limit=settings.violation_limit, pii=settings.pii)
         if self._model_setup is not None:
             self._model = self._start_model(plan, tree, state_dir)
         try:
@@ -197,7 +204,6 @@ class EvolveSession:
     def _start_model(self, plan: EvolvePlan, tree: FileTree, state_dir: Path) -> ModelProposer:
         """The model proposer, registered after every conftest hook (it is ``trylast``)."""
         from agentdescent_core.errors import AgentDescentError
-        from agentdescent_core.proposers.guardrails import Guardrails
         from agentdescent_core.proposers.llm_cache import LLMCache
         from agentdescent_core.proposers.models import ModelClient
         from pytest_agentdescent.model_proposer import (
@@ -208,6 +214,7 @@ class EvolveSession:
 
         setup = self._model_setup
         assert setup is not None
+        assert self._guardrails is not None
         settings = self.settings
         cache = None
         if settings.llm_cache != "off":
@@ -227,8 +234,7 @@ class EvolveSession:
             raise pytest.UsageError(f"--evolve-model {setup.spec}: {exc}") from None
         model = ModelProposer(
             client, spec=str(setup.spec), tree=tree,
-            guardrails=Guardrails(script_policy=settings.script_policy,  # type: ignore[arg-type]
-                                  violation_limit=settings.violation_limit),
+            guardrails=self._guardrails,
             templates=setup.templates, frozen=frozen_description(settings.frozen),
             max_usd=settings.max_usd, cache=cache,
         )
@@ -274,11 +280,12 @@ class EvolveSession:
                                        skip=None if decision is None or decision.evolve
                                        else decision.reason)
             except (AgentDescentError, _BrokenBaseline) as exc:
+                from agentdescent_core.proposers.guardrails import GuardrailsTripped
                 from pytest_agentdescent.model_proposer import ProposerStopped
 
                 if isinstance(exc, _BrokenBaseline):
                     error = str(exc)
-                elif isinstance(exc, ProposerStopped):
+                elif isinstance(exc, (ProposerStopped, GuardrailsTripped)):
                     error = exc.error
                 else:
                     error = describe_error(exc)
@@ -312,6 +319,8 @@ class EvolveSession:
             ledger=ledger,
             extra={
                 "model": model.report() if model is not None else None,
+                "guardrails": (self._guardrails.describe() if self._guardrails is not None
+                               else None),
                 "dry_run": dry,
                 "base": base,
                 "roots": list(plan.roots),
@@ -377,6 +386,7 @@ class EvolveSession:
         """The rounds as a LoopKernel run in the run store: resumable, one generation each."""
         outcome = run_state.run_rounds(
             self.settings, plan, tree, ledger, verifier, proposer, agg_config=agg_config,
+            guardrails=self._guardrails,
             on_round=progress, last_round=progress.last, skip=skip, out=self._out)
         self._run_info = outcome.info
         self.warnings.extend(outcome.notes)

@@ -93,6 +93,7 @@ class EvolveSettings:
     llm_cache: str = "off"
     prompt: str | None = None
     script_policy: str = "warn"
+    guardrails: str = "secrets"
     violation_limit: int = 3
     prices: tuple[tuple[str, float, float], ...] = ()
     session_patience: int | None = None
@@ -103,6 +104,18 @@ class EvolveSettings:
     def enabled(self) -> bool:
         """Was an evolution asked for (``--evolve PATH`` or ``evolve_paths``)?"""
         return bool(self.paths)
+
+    @property
+    def pii(self) -> bool:
+        """``evolve_guardrails`` names ``pii``: proposals carrying personal data are refused."""
+        return "pii" in self.guardrails.split()
+
+    @property
+    def scripts(self) -> str:
+        """The script policy in force: ``reject`` when ``evolve_guardrails`` or its alias
+        ``evolve_script_policy`` says so (the stricter of the two wins), else ``warn``."""
+        chosen = [w.partition("=")[2] for w in self.guardrails.split() if w.startswith("scripts=")]
+        return "reject" if "reject" in (*chosen, self.script_policy) else "warn"
 
 
 SETTINGS_KEY = pytest.StashKey[EvolveSettings]()
@@ -239,6 +252,16 @@ def _task_expression(raw: object) -> str | None:
     return text
 
 
+def _guardrails(raw: object) -> str:
+    """The canonical words (``secrets [pii] [scripts=POLICY]``) of a valid value."""
+    from agentdescent_core.proposers.guardrails import parse_guardrails  # regexes: load late
+
+    spec = parse_guardrails(str(raw))
+    words = ["secrets", *(["pii"] if spec.pii else []),
+             *([f"scripts={spec.scripts}"] if spec.scripts else [])]
+    return " ".join(words)
+
+
 def _env(raw: object) -> tuple[str, ...]:
     names = _strings(raw)
     for name in names:
@@ -373,8 +396,15 @@ KNOBS: tuple[Knob, ...] = (
          "with system.txt and/or user.txt (default: the packaged templates)."),
     Knob("script_policy", None, "evolve_script_policy", "value", "string",
          "one of " + "|".join(SCRIPT_POLICIES), _choice(SCRIPT_POLICIES),
-         "What to do with a proposed script that calls eval/exec, spawns processes or opens "
+         "Alias of 'scripts=' in evolve_guardrails (the stricter of the two applies): what "
+         "to do with a proposed script that calls eval/exec, spawns processes or opens "
          "sockets: warn (default) or reject."),
+    Knob("guardrails", None, "evolve_guardrails", "value", "string",
+         "words among 'secrets', 'pii', 'scripts=warn', 'scripts=reject'", _guardrails,
+         "Checks on every proposal, e.g. 'secrets pii scripts=reject': secrets are always "
+         "checked (they cannot be turned off), pii refuses emails, phone and card numbers, "
+         "scripts=reject refuses risky scripts and commands (default: secrets, with "
+         "scripts as evolve_script_policy says)."),
     Knob("violation_limit", None, "evolve_violation_limit", "value", _INT,
          "an integer >= 1", _int_at_least(1),
          "Critical guardrail violations (such as a secret in a proposal) after which the run "
@@ -516,7 +546,7 @@ def _read(config: pytest.Config, knob: Knob) -> Any:
     try:
         return knob.convert(raw)
     except ValueError as exc:
-        detail = str(exc) if knob.field in ("branch_prefix", "tasks") else ""
+        detail = str(exc) if knob.field in ("branch_prefix", "tasks", "guardrails") else ""
         if knob.field == "env" and str(exc) != str(raw):
             detail = (f"{exc} is a credential that is never passed to candidate code; "
                       "remove it and give the agent a narrower key of its own")

@@ -8,6 +8,7 @@ from agentdescent_core.artifacts.paths import (
     is_inside,
     normalise_path,
     normalise_root,
+    shown_path,
     validate_file_path,
 )
 from agentdescent_core.errors import RefusalError
@@ -60,8 +61,9 @@ def test_normalise_path_refusals(raw, code):
         normalise_path(raw)
     assert info.value.code == code
     assert info.value.category == "invalid-proposal"
-    assert info.value.path == raw
-    assert repr(raw) in info.value.message
+    # the name as it may be shown anywhere: control characters escaped, valid UTF-8
+    assert info.value.path == shown_path(raw)
+    assert f"'{shown_path(raw)}'" in info.value.message
 
 
 def test_non_string_path_refused():

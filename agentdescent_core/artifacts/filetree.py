@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentdescent_core.artifacts.diff import Diff, apply_ops
 from agentdescent_core.artifacts.paths import (
+    case_collision,
     is_executable_config,
     is_inside,
     normalise_path,
@@ -395,14 +396,19 @@ class FileTree:
             return None
         self._check_count(ops)
         new_state = apply_ops(state, ops)
-        self._check_layout(ops, new_state)
+        self._check_layout(ops, new_state, state)
         return Diff(
             ops=ops, target=target, base_version=base_version, author=author,
             rationale=rationale,
         )
 
-    def _check_layout(self, ops: Mapping[str, str | None], new_state: Mapping[str, str]) -> None:
-        """The result must be a valid tree: no file where a directory is, limits kept."""
+    def _check_layout(self, ops: Mapping[str, str | None], new_state: Mapping[str, str],
+                      state: Mapping[str, str]) -> None:
+        """The result must be a valid tree: no file where a directory is, limits kept.
+
+        Nor two names that differ only in case (``SKILL.md`` and ``skill.md``):
+        a checkout on macOS or Windows would hold one file for both.
+        """
         if len(new_state) > self.limits.max_files:
             raise RefusalError(
                 "oversized",
@@ -411,6 +417,14 @@ class FileTree:
                 f"max_files={self.limits.max_files}; delete files or evolve a smaller folder",
             )
         written = [p for p, v in ops.items() if v is not None]
+        clash_case = case_collision(new_state, written, state)
+        if clash_case is not None:
+            raise refuse(
+                "invalid-proposal", "case-collision", clash_case[0],
+                f"differs from {clash_case[1]!r} only in case, so the two are one file on a "
+                f"case-insensitive file system (macOS, Windows)",
+                "use one spelling: edit the existing file or choose a distinct name",
+            )
         for path in written:
             parts = path.split("/")
             for i in range(1, len(parts)):

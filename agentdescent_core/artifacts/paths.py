@@ -8,6 +8,14 @@ canonical posix repo-relative form or refuse it with a ``RefusalError`` whose
 
 Backslashes are read as separators (a Windows checkout would), so
 ``skills\\a.md`` is ``skills/a.md`` and ``C:\\x`` is an absolute path.
+
+Names must also survive every place a path goes next: git, SQLite, JSON,
+the terminal and the user's checkout, which may be on a case-insensitive file
+system.  So a name that is not valid UTF-8 (``os.fsdecode`` turns such bytes
+into lone surrogates), a segment longer than ``NAME_MAX`` (255 bytes) or a
+path longer than :data:`MAX_PATH_BYTES` is refused here, and
+:func:`shown_path` is the one way a name found on disk (which nobody
+validated: a candidate's script may have created it) is put into a message.
 """
 
 from __future__ import annotations
@@ -19,12 +27,16 @@ from agentdescent_core.errors import RefusalError
 
 __all__ = [
     "EXECUTABLE_CONFIG_NAMES",
+    "MAX_NAME_BYTES",
+    "MAX_PATH_BYTES",
+    "case_collision",
     "check_not_executable_config",
     "is_executable_config",
     "is_inside",
     "normalise_path",
     "normalise_root",
     "refuse",
+    "shown_path",
     "validate_file_path",
 ]
 
@@ -45,11 +57,45 @@ _EXECUTABLE_SUFFIXES: tuple[str, ...] = (".pth",)
 
 _DRIVE = re.compile(r"^[A-Za-z]:")
 _CONTROL = re.compile(r"[\x01-\x1f\x7f]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029]")
+
+MAX_NAME_BYTES = 255
+"""Longest file name (one path segment) in UTF-8 bytes: ``NAME_MAX`` of Linux and macOS."""
+
+MAX_PATH_BYTES = 1024
+"""Longest repo-relative path in UTF-8 bytes.
+
+Well below ``PATH_MAX`` (4096) because the path is joined to a workspace root
+or a user's checkout, and Windows checkouts stop at 260 characters anyway.
+"""
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8, as os.fsdecode keeps it
+        return f"\\x{code - 0xDC00:02x}"
+    if code > 0xFF:
+        return f"\\u{code:04x}"
+    return {"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(char, f"\\x{code:02x}")
+
+
+def shown_path(path: str) -> str:
+    """``path`` as printable, valid UTF-8 text: safe for messages, SQLite, JSON and git.
+
+    Bytes that were not UTF-8 show as ``\\xff``, control characters and line
+    breaks as ``\\n`` / ``\\x1b`` (as ``repr`` shows them); any other text,
+    backslashes included, is unchanged.  Use it for every name read from a disk
+    a candidate could write to.
+    """
+    return _UNSAFE.sub(_escape, path)
 
 
 def refuse(category: str, code: str, path: str, problem: str, remedy: str) -> RefusalError:
     """Build a RefusalError whose message names the path, the problem and the fix."""
-    return RefusalError(category, code, f"path {path!r} {problem}; {remedy}", path=path)
+    shown = shown_path(path) if isinstance(path, str) else repr(path)
+    return RefusalError(category, code, f"path '{shown}' {problem}; {remedy}", path=shown)
 
 
 def normalise_path(path: str) -> str:
@@ -77,6 +123,11 @@ def normalise_path(path: str) -> str:
             "invalid-proposal", "control-character", path, "contains a control character",
             "use a plain file name",
         )
+    if _SURROGATE.search(path):
+        raise refuse(
+            "invalid-proposal", "not-utf8-name", path, "is not valid UTF-8",
+            "use a file name of UTF-8 text; git, reports and other checkouts need one",
+        )
     text = path.replace("\\", "/")
     if text.startswith("/") or _DRIVE.match(text):
         raise refuse(
@@ -99,7 +150,55 @@ def normalise_path(path: str) -> str:
             "invalid-proposal", "git-internal", path, "points into a .git directory",
             "edit ordinary files only; git metadata is never part of an artifact",
         )
-    return "/".join(segments)
+    long = next((s for s in segments if len(s.encode("utf-8")) > MAX_NAME_BYTES), None)
+    if long is not None:
+        raise refuse(
+            "invalid-proposal", "name-too-long", path,
+            f"has a name of {len(long.encode('utf-8'))} bytes, more than the "
+            f"{MAX_NAME_BYTES} a file system allows",
+            "use a shorter file name",
+        )
+    normal = "/".join(segments)
+    if len(normal.encode("utf-8")) > MAX_PATH_BYTES:
+        raise refuse(
+            "invalid-proposal", "path-too-long", path,
+            f"is {len(normal.encode('utf-8'))} bytes long, more than the {MAX_PATH_BYTES} "
+            f"allowed",
+            "use a shallower folder layout or shorter names",
+        )
+    return normal
+
+
+def case_collision(
+    paths: Iterable[str], written: Iterable[str], existing: Iterable[str] = ()
+) -> tuple[str, str] | None:
+    """Two spellings that name one file on a case-insensitive file system, or None.
+
+    ``paths`` is every file of the artifact after the proposal, ``written``
+    the ones the proposal writes; a folder counts too (``Skills/a.md`` and
+    ``skills/b.md``).  macOS and Windows checkouts would hold only one of the two,
+    so a proposal that creates such a pair cannot be checked out as committed.
+    A pair already present in ``existing`` (the artifact before the proposal:
+    a Linux repository may hold one) is not the proposal's doing and passes.
+    Returns ``(written path, the other spelling)``.
+    """
+    before = {p for path in existing for p in _prefixes(path)}
+    spellings: dict[str, set[str]] = {}
+    for path in paths:
+        for prefix in _prefixes(path):
+            spellings.setdefault(prefix.casefold(), set()).add(prefix)
+    for path in written:
+        for prefix in _prefixes(path):
+            others = sorted(spellings.get(prefix.casefold(), set()) - {prefix})
+            fresh = [o for o in others if not (prefix in before and o in before)]
+            if fresh:
+                return path, fresh[0]
+    return None
+
+
+def _prefixes(path: str) -> Iterable[str]:
+    parts = path.split("/")
+    return ("/".join(parts[:i]) for i in range(1, len(parts) + 1))
 
 
 def normalise_root(root: str) -> str:

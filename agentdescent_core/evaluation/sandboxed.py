@@ -552,7 +552,9 @@ def _verdict_of(violations: Sequence[RefusalError], outside: Sequence[str],
         first = violations[0]
         return Verdict("frozen-violation", first.message, first.code)
     if outside:
-        shown = ", ".join(sorted(outside)[:_SHOWN])
+        from agentdescent_core.artifacts.paths import shown_path  # names a script created
+
+        shown = ", ".join(shown_path(p) for p in sorted(outside)[:_SHOWN])
         more = f" and {len(outside) - _SHOWN} more" if len(outside) > _SHOWN else ""
         return Verdict(
             "frozen-violation",

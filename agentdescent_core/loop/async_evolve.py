@@ -43,6 +43,7 @@ from agentdescent_core.loop.result import EvolutionResult, RoundInfo, round_info
 from agentdescent_core.loop.sampling import RoundRobin, TaskSampler
 from agentdescent_core.loop.setup import DEFAULT_ROUNDS, RunParts, build_run, check_int
 from agentdescent_core.loop.worker import ProposeFn, RunFn, Snapshot, resolve_actor, work_unit
+from agentdescent_core.proposers.guardrails import Guardrails
 from agentdescent_core.staleness import StalenessPolicy
 from agentdescent_core.tasks import Task, as_tasks
 
@@ -88,6 +89,7 @@ def async_evolve(
     max_iters: int | None = None,
     eval_concurrency: int = 8,
     artifact_id: str = "artifact",
+    guardrails: Guardrails | None = None,
 ) -> EvolutionResult:
     """Barrier-free evolution; same plug-ins and result as ``evolve()`` (see the module doc)."""
     changed = {
@@ -131,6 +133,7 @@ def async_evolve(
         staleness_policy=staleness_policy, n_workers=n_workers, repo_path=repo_path,
         held_out_frac=held_out_frac, shuffle=shuffle, seed=seed, budget=budget,
         eval_concurrency=eval_concurrency, artifact_id=artifact_id,
+        guardrails=guardrails if guardrails is not None else Guardrails(),
     )
     try:
         driver = _AsyncDriver(

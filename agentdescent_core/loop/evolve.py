@@ -44,6 +44,7 @@ from agentdescent_core.loop.worker import (
     resolve_actor,
     work_unit,
 )
+from agentdescent_core.proposers.guardrails import Guardrails
 from agentdescent_core.staleness import StalenessPolicy
 from agentdescent_core.tasks import Task, as_tasks
 
@@ -86,6 +87,7 @@ def evolve(
     max_seconds: float | None = None,
     eval_concurrency: int = 8,
     artifact_id: str = "artifact",
+    guardrails: Guardrails | None = None,
 ) -> EvolutionResult:
     """Evolve an artifact so that ``run`` earns more ``reward`` on ``tasks``.
 
@@ -94,6 +96,12 @@ def evolve(
     stopped.  Raises ContractError for a caller bug (a malformed reward, an
     actor that cannot take the engine's arguments, an impossible
     strategy/parallel pairing) — before the first rollout where it can.
+
+    ``guardrails`` checks every proposal before it is evaluated (default
+    ``Guardrails()``: secrets refused, risky scripts warned about, destructive
+    commands refused); a refused proposal is a ``secret`` / ``invalid-proposal``
+    merge outcome, and the ``violation_limit``-th critical one raises
+    GuardrailsTripped.  There is no way to turn secret checks off.
     """
     if asynchronous:
         from agentdescent_core.loop.async_evolve import async_evolve
@@ -109,6 +117,7 @@ def evolve(
             patience=patience, max_worker_errors=max_worker_errors, repo_path=repo_path,
             held_out_frac=held_out_frac, shuffle=shuffle, seed=seed, max_calls=max_calls,
             max_seconds=max_seconds, eval_concurrency=eval_concurrency, artifact_id=artifact_id,
+            guardrails=guardrails,
         )
     for name, given in (("async_ratio", async_ratio), ("self_verify", self_verify),
                         ("stall_patience", stall_patience)):
@@ -139,6 +148,7 @@ def evolve(
         staleness_policy=staleness_policy, n_workers=n_workers, repo_path=repo_path,
         held_out_frac=held_out_frac, shuffle=shuffle, seed=seed, budget=budget,
         eval_concurrency=eval_concurrency, artifact_id=artifact_id,
+        guardrails=guardrails if guardrails is not None else Guardrails(),
     )
     try:
         driver = _SyncDriver(

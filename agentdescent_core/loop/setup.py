@@ -47,6 +47,7 @@ from agentdescent_core.loop.worker import (
     WorkerContext,
     check_signatures,
 )
+from agentdescent_core.proposers.guardrails import Guardrails
 from agentdescent_core.staleness import StalenessPolicy, get_policy
 from agentdescent_core.tasks import Task
 
@@ -266,12 +267,14 @@ def wire_run(
     scratch: bool,
     owns_verifier: bool = True,
     owns_ledger: bool = True,
+    guardrails: Guardrails | None = None,
 ) -> RunParts:
     """Store, aggregator and worker context around an open ledger and a verifier.
 
     Shared by :func:`build_run` (``evolve()`` / ``async_evolve()``) and
     ``evolve_verified`` (the pytest plugin), so both drive the same pipeline.
-    On failure, closes what it owns before raising.
+    ``guardrails`` (default ``Guardrails()``) checks every proposal in the
+    workers.  On failure, closes what it owns before raising.
     """
     try:
         codec = codec_for(strategy)
@@ -291,7 +294,8 @@ def wire_run(
                 "satisfy AggregatorProtocol (step, flush, finish, head, head_reward)"
             )
         ctx = WorkerContext(actor=actor, strategy=strategy, verifier=verifier, budget=budget,
-                            sampler=task_sampler, artifact_id=artifact_id, seed=seed)
+                            sampler=task_sampler, artifact_id=artifact_id, seed=seed,
+                            guardrails=guardrails if guardrails is not None else Guardrails())
     except BaseException:
         if owns_verifier:
             verifier.close()
@@ -324,6 +328,7 @@ def build_run(
     budget: Budget,
     eval_concurrency: int,
     artifact_id: str,
+    guardrails: Guardrails | None = None,
 ) -> RunParts:
     check_signatures(actor, reward)
     check_strategy(strategy)
@@ -349,5 +354,5 @@ def build_run(
         plan, split=split, ledger=ledger, verifier=verifier, actor=actor, strategy=strategy,
         task_sampler=task_sampler, blast_radius=blast_radius,
         aggregator_factory=aggregator_factory, budget=budget, artifact_id=artifact_id,
-        seed=seed, resumed=resumed, scratch=repo_path is None,
+        seed=seed, resumed=resumed, scratch=repo_path is None, guardrails=guardrails,
     )

@@ -31,6 +31,7 @@ from agentdescent_core.loop.result import EvolutionResult, RoundInfo
 from agentdescent_core.loop.sampling import RoundRobin
 from agentdescent_core.loop.setup import check_int, check_strategy, plan_run, wire_run
 from agentdescent_core.loop.worker import Actor, EngineVerifier, ProposeFn, check_propose
+from agentdescent_core.proposers.guardrails import Guardrails
 from agentdescent_core.staleness import StalenessPolicy
 from agentdescent_core.tasks import Task
 
@@ -77,6 +78,7 @@ def evolve_verified(
     staleness_policy: StalenessPolicy | str | None = None,
     max_concurrency: int = 1,
     max_worker_errors: int = 3,
+    guardrails: Guardrails | None = None,
 ) -> EvolutionResult:
     """Evolve the artifact on ``ledger``'s dev branch, scored by ``verifier``.
 
@@ -89,7 +91,8 @@ def evolve_verified(
     worker, version))`` — returns a ``{path: text or None}`` proposal or None.
     ``max_calls`` caps proposer calls (the verifier's runs are not charged).
     ``max_concurrency`` workers run at once (1: one after the other, which keeps
-    a seeded run reproducible).  Neither the verifier nor the ledger is closed.
+    a seeded run reproducible).  ``guardrails`` (default ``Guardrails()``) checks
+    every proposal.  Neither the verifier nor the ledger is closed.
 
     Raises ContractError for a caller bug (a propose that cannot take its
     arguments, a verifier without the needed methods) before anything runs.
@@ -100,7 +103,7 @@ def evolve_verified(
         max_calls=max_calls, max_seconds=max_seconds, seed=seed, on_round=on_round,
         artifact_id=artifact_id, blast_radius=blast_radius,
         staleness_policy=staleness_policy, max_concurrency=max_concurrency,
-        max_worker_errors=max_worker_errors,
+        max_worker_errors=max_worker_errors, guardrails=guardrails,
     )
     try:
         if run.begin():
@@ -142,6 +145,7 @@ class VerifiedRun:
         staleness_policy: StalenessPolicy | str | None = None,
         max_concurrency: int = 1,
         max_worker_errors: int = 3,
+        guardrails: Guardrails | None = None,
     ) -> None:
         check_int("rounds", rounds, 0)
         check_int("n_workers", n_workers, 1)
@@ -170,6 +174,7 @@ class VerifiedRun:
             artifact_id=artifact_id, seed=seed,
             resumed=ledger.version_of(ledger.head("dev")) > 0,
             scratch=isinstance(ledger, ScratchLedger), owns_verifier=False, owns_ledger=False,
+            guardrails=guardrails,
         )
         self._driver = _SyncDriver(
             self._parts, n_workers=n_workers, on_round=on_round, target_reward=target_reward,

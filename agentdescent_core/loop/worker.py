@@ -25,6 +25,16 @@ RefusalError raised by ``propose`` (a model answer that is not a valid edit,
 or one carrying a secret), which also ends the unit — never retried, since
 asking again is a new proposal, not a retry; a backend failure after the retries is returned as the
 unit's ``error`` so the driver's tolerance rule decides what it means.
+
+Guardrails: every Diff the strategy made is checked by the run's
+:class:`~agentdescent_core.proposers.guardrails.Guardrails` (``ctx.guardrails``)
+before it becomes evidence — this is the one place every proposal passes,
+whoever made it (a conftest hook, the model proposer, ``evolve()``'s
+``propose``).  A refusal (a secret, a destructive command, a script under
+``scripts=reject``) is a MergeReport of its category and ends the unit like a
+proposer's refusal; warnings go out as RuntimeWarnings, once per file and
+finding; the ``violation_limit``-th critical violation raises
+GuardrailsTripped, a ContractError that ends the run.
 """
 
 from __future__ import annotations
@@ -34,10 +44,12 @@ import functools
 import inspect
 import random
 import threading
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from agentdescent_core.artifacts.diff import Diff
 from agentdescent_core.artifacts.filetree import state_hash
 from agentdescent_core.artifacts.strategies import Strategy
 from agentdescent_core.errors import BackendError, ContractError, RefusalError
@@ -51,6 +63,7 @@ from agentdescent_core.evidence import EvidenceCard, MergeReport
 from agentdescent_core.loop.budget import Budget, BudgetExhausted
 from agentdescent_core.loop.parallel import Shard
 from agentdescent_core.loop.sampling import TaskSampler
+from agentdescent_core.proposers.guardrails import Guardrails
 from agentdescent_core.stats.samples import TaskSamples
 from agentdescent_core.tasks import Task
 
@@ -208,7 +221,11 @@ class UnitResult:
 
 
 class WorkerContext:
-    """Everything the workers of one run share (thread-safe where it has to be)."""
+    """Everything the workers of one run share (thread-safe where it has to be).
+
+    ``guardrails`` checks every Diff before it becomes evidence; None (only
+    for a caller that checks proposals itself) skips that.
+    """
 
     def __init__(
         self,
@@ -222,8 +239,10 @@ class WorkerContext:
         seed: int = 0,
         retries: int = 3,
         backoff: float = 0.01,
+        guardrails: Guardrails | None = None,
     ) -> None:
         self.actor = actor
+        self.guardrails = guardrails
         self.strategy = strategy
         self.verifier = verifier
         self.budget = budget
@@ -302,13 +321,31 @@ def _shielded(call: Callable[[], Any]) -> _Answer | _Raised:
 
 def _refused(ctx: WorkerContext, name: str, task_id: str, refusal: RefusalError,
              by: str) -> MergeReport:
-    where = "by the proposer" if by == "proposer" else "before merging"
+    where = {"proposer": "by the proposer", "guardrails": "by the guardrails"}.get(
+        by, "before merging")
     return MergeReport(
         ctx.artifact_id, refusal.category,
         f"{name}'s proposal for task {task_id!r} was refused {where} "
         f"({refusal.code}): {refusal.message}",
         considered=1, extra={"code": refusal.code, "refused_by": by},
     )
+
+
+def _guard(ctx: WorkerContext, diff: Diff, state: Mapping[str, str]) -> RefusalError | None:
+    """The guardrails' refusal of ``diff`` (None when it may go on); warnings are emitted.
+
+    ``state`` is what the proposal was made against: what it already held is
+    not the proposal's doing.  GuardrailsTripped propagates (the run ends).
+    """
+    if ctx.guardrails is None:
+        return None
+    try:
+        findings = ctx.guardrails.check(diff.ops, base=state)
+    except RefusalError as refusal:
+        return refusal
+    for line in ctx.guardrails.warnings_for(findings):
+        warnings.warn(line, RuntimeWarning, stacklevel=3)
+    return None
 
 
 def work_unit(
@@ -371,6 +408,12 @@ def work_unit(
                 continue
             if diff is None:
                 continue  # the artifact already says this
+            guarded = _guard(ctx, diff, state)
+            if guarded is not None:
+                # like a refused answer: one call per unit, so a proposer that keeps
+                # echoing a secret cannot burn a call per failing task
+                result.reports.append(_refused(ctx, name, task_id, guarded, "guardrails"))
+                return result
             if not diff.rationale:
                 diff = dataclasses.replace(diff, rationale=_rationale(proposal))
             before, after = rollout.reward, None

@@ -15,11 +15,26 @@ scanned before it is evaluated:
   ``script_policy="reject"``.  A script that both reads credentials (the
   environment, ``~/.ssh``, ...) and talks to the network is an exfiltration
   shape and refused as critical whatever the policy;
+* destructive commands in any text file (a skill's prose tells the agent what
+  to run, so ``SKILL.md`` counts as much as ``run.sh``; see
+  :mod:`.destructive`): wiping ``/`` or the home directory, writing a disk
+  device and fork bombs are refused as critical whatever the policy; ``rm -r``
+  of other absolute paths, ``chmod``/``chown`` of system paths and ``curl | sh``
+  are flagged like risky scripts (a warning, or a refusal under ``reject``);
 * files above ``max_bytes`` are refused as ``oversized``.
 
+Secrets cannot be switched off: a credential in a committed, possibly pushed
+file is never what a user wants.  ``Guardrails.from_spec`` reads the
+``evolve_guardrails`` ini value (``secrets pii scripts=reject``).
+
+Where it runs: the engine's worker checks every proposal once the strategy
+made its Diff (:func:`agentdescent_core.loop.worker.work_unit`), so hook
+proposals, model proposals and ``evolve()`` proposals all pass the same gate.
+
 Repeated critical violations mean the proposer is misbehaving (or being steered
-by a poisoned input); after ``violation_limit`` of them ``Guardrails.tripped``
-gives the reason to stop the run.
+by a poisoned input); the ``violation_limit``-th one raises
+:class:`GuardrailsTripped` from ``check`` (a ContractError: the run ends, with
+``Guardrails.tripped`` as the reason).
 """
 
 from __future__ import annotations
@@ -31,16 +46,22 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from agentdescent_core.errors import RefusalError
+from agentdescent_core.errors import ContractError, RefusalError
+from agentdescent_core.proposers.destructive import scan_destructive
 
 __all__ = [
+    "SCRIPT_POLICIES",
     "SECRET_ENV_NAME",
     "Finding",
+    "GuardrailSpec",
     "Guardrails",
+    "GuardrailsTripped",
+    "parse_guardrails",
     "scan_ops",
 ]
 
-FindingKind = Literal["secret", "pii", "script", "size"]
+FindingKind = Literal["secret", "pii", "script", "destructive", "size"]
+SCRIPT_POLICIES: tuple[str, ...] = ("warn", "reject")
 ScriptPolicy = Literal["warn", "reject"]
 
 
@@ -328,6 +349,19 @@ def _script_finding(path: str, text: str) -> Finding | None:
     return Finding("script", path, f"{language} script " + "; ".join(what), False)
 
 
+def _scan_destructive(path: str, text: str, old: str) -> list[Finding]:
+    """Destructive commands in any text; one already in the file before is not reported."""
+    before = {what for _critical, what, _at in scan_destructive(old)} if old else set()
+    found: list[Finding] = []
+    seen: set[str] = set()
+    for critical, what, at in scan_destructive(text):
+        if what in before or what in seen:
+            continue
+        seen.add(what)
+        found.append(Finding("destructive", path, f"{what} at line {_line(text, at)}", critical))
+    return found
+
+
 # ---------------------------------------------------------------------- scanning
 
 
@@ -365,7 +399,68 @@ def scan_ops(
         if pii:
             findings.extend(_scan_pii(path, text, old))
         findings.extend(_scan_script(path, text, before if isinstance(before, str) else None))
+        findings.extend(_scan_destructive(path, text, old))
     return findings
+
+
+# ---------------------------------------------------------------------- settings
+
+
+@dataclass(frozen=True)
+class GuardrailSpec:
+    """What ``evolve_guardrails`` asked for: PII checks on, and the script policy if given.
+
+    ``scripts`` is None when the value did not say (``evolve_script_policy``
+    then decides); secrets are always checked and have no switch.
+    """
+
+    pii: bool = False
+    scripts: ScriptPolicy | None = None
+
+
+def parse_guardrails(value: str) -> GuardrailSpec:
+    """Read ``secrets pii scripts=reject`` (words separated by spaces or commas).
+
+    ``secrets`` may be named (it is always on); ``pii`` turns PII checks on;
+    ``scripts`` / ``scripts=warn`` / ``scripts=reject`` sets the script policy.
+    Raises ValueError naming the word for anything else, and for an attempt to
+    turn secrets off (``no-secrets``, ``secrets=off``).
+    """
+    pii = False
+    scripts: ScriptPolicy | None = None
+    for word in re.split(r"[\s,]+", value.strip()):
+        name, sep, arg = word.partition("=")
+        name = name.strip().lower()
+        if not name:
+            continue
+        if name == "secrets" and (not sep or arg.lower() in ("on", "true", "yes")):
+            continue
+        if name in ("no-secrets", "secrets"):
+            raise ValueError(
+                f"{word!r}: secret checks cannot be turned off (a credential in a committed "
+                f"file is never wanted); leave 'secrets' out or name it alone"
+            )
+        if name == "pii" and not sep:
+            pii = True
+        elif name == "scripts" and (not sep or arg in SCRIPT_POLICIES):
+            scripts = "warn" if not sep else arg  # type: ignore[assignment]
+        else:
+            raise ValueError(
+                f"{word!r} is not a guardrail; use 'secrets', 'pii' and "
+                f"'scripts=warn' or 'scripts=reject'"
+            )
+    return GuardrailSpec(pii=pii, scripts=scripts)
+
+
+class GuardrailsTripped(ContractError):
+    """The ``violation_limit``-th critical violation: the run must end, never retried.
+
+    ``error`` is how a report names it (``Guardrails: ...``).
+    """
+
+    @property
+    def error(self) -> str:
+        return f"Guardrails: {self}"
 
 
 class Guardrails:
@@ -406,6 +501,7 @@ class Guardrails:
         self._lock = threading.Lock()
         self._violations = 0
         self._last: str | None = None
+        self._warned: set[tuple[str, str]] = set()
 
     def __repr__(self) -> str:
         return (
@@ -413,6 +509,26 @@ class Guardrails:
             f"violation_limit={self.violation_limit}, pii={self.pii}, "
             f"violations={self.violations})"
         )
+
+    def describe(self) -> dict[str, object]:
+        """The ``guardrails`` section of a report: what was checked and what was counted."""
+        with self._lock:
+            return {"secrets": True, "pii": self.pii, "scripts": self.script_policy,
+                    "violation_limit": self.violation_limit, "violations": self._violations,
+                    "warnings": len(self._warned)}
+
+    def warnings_for(self, findings: list[Finding]) -> list[str]:
+        """Warning lines for the findings not warned about before in this run."""
+        out: list[str] = []
+        with self._lock:
+            for finding in findings:
+                key = (finding.path, re.sub(r" at line \d+|, line \d+", "", finding.detail))
+                if finding.critical or key in self._warned:
+                    continue
+                self._warned.add(key)
+                out.append(f"guardrails: {finding.kind} warning in {finding.path}: "
+                           f"{finding.detail}")
+        return out
 
     @property
     def violations(self) -> int:
@@ -439,15 +555,20 @@ class Guardrails:
         """Refuse ``ops`` (RefusalError) or return its non-fatal findings (warnings).
 
         Precedence: secrets and PII (category ``secret``), then an exfiltrating
-        script, then oversized files, then a flagged script under ``reject``.
-        ``base`` (the artifact before the proposal) exempts what was already
-        there; see ``scan_ops``.
+        script or a critical destructive command, then oversized files, then a
+        flagged script or risky command under ``reject``.  ``base`` (the
+        artifact before the proposal) exempts what was already there; see
+        ``scan_ops``.  Raises :class:`GuardrailsTripped` instead of the refusal
+        when this critical violation is the ``violation_limit``-th.
         """
         env = os.environ if self._env is None else self._env
         findings = scan_ops(ops, env=env, pii=self.pii, max_bytes=self.max_bytes, base=base)
         critical = [f for f in findings if f.critical]
         if critical:
             self._count(critical)
+            tripped = self.tripped
+            if tripped is not None:
+                raise GuardrailsTripped(tripped)
         leaked = [f for f in critical if f.kind in ("secret", "pii")]
         if leaked:
             secret = any(f.kind == "secret" for f in leaked)
@@ -462,6 +583,16 @@ class Guardrails:
                     else "remove personal data from the artifact (or run without PII checks)"
                 ),
                 path=leaked[0].path,
+            )
+        wiping = [f for f in critical if f.kind == "destructive"]
+        if wiping:
+            raise RefusalError(
+                "invalid-proposal",
+                "destructive-command",
+                f"the proposal contains {_listing(wiping)}; such a command destroys the "
+                f"machine or its data wherever it runs, so it is refused under every "
+                f"script policy",
+                path=wiping[0].path,
             )
         if critical:
             raise RefusalError(
@@ -480,14 +611,15 @@ class Guardrails:
                 f"content over several files",
                 path=sizes[0].path,
             )
-        scripts = [f for f in findings if f.kind == "script"]
+        scripts = [f for f in findings if f.kind in ("script", "destructive")]
         if scripts and self.script_policy == "reject":
             raise RefusalError(
                 "invalid-proposal",
                 "script-policy",
-                f"the proposal contains a {_listing(scripts)}, refused under "
-                f"evolve_script_policy=reject; achieve the goal without eval/exec, processes "
-                f"or network access, or set evolve_script_policy=warn",
+                f"the proposal contains {_listing(scripts)}, refused under scripts=reject "
+                f"(ini evolve_guardrails, or its alias evolve_script_policy); achieve the "
+                f"goal without eval/exec, processes, network access or commands outside the "
+                f"artifact, or set scripts=warn",
                 path=scripts[0].path,
             )
         return findings

@@ -56,7 +56,12 @@ import git
 from git.exc import GitCommandError, InvalidGitRepositoryError, NoSuchPathError
 
 from agentdescent_core.artifacts.filetree import IGNORED_NAMES, IGNORED_SUFFIXES, FileTree
-from agentdescent_core.artifacts.paths import is_executable_config, is_inside, normalise_path
+from agentdescent_core.artifacts.paths import (
+    is_executable_config,
+    is_inside,
+    normalise_path,
+    shown_path,
+)
 from agentdescent_core.errors import AgentDescentError, RefusalError
 from agentdescent_core.governance import FrozenSet
 from agentdescent_core.ledger.gitenv import isolated_env
@@ -119,10 +124,19 @@ class ResetStats:
 
 @dataclass(frozen=True)
 class Violation:
-    """A frozen path a run changed; ``kind`` is one of :data:`VIOLATION_KINDS`."""
+    """A frozen path a run changed; ``kind`` is one of :data:`VIOLATION_KINDS`.
+
+    ``path`` is the name as the disk has it (a candidate's script may have
+    created one that is not UTF-8: it then holds surrogate escapes, and is what
+    ``os`` calls need); ``shown`` is the escaped form for every message.
+    """
 
     path: str
     kind: str
+
+    @property
+    def shown(self) -> str:
+        return shown_path(self.path)
 
 
 @dataclass(frozen=True)
@@ -149,7 +163,7 @@ class FrozenCheck:
         """
         if not self.violations:
             raise ValueError("the run changed no frozen path; there is no violation to report")
-        shown = ", ".join(f"{v.path} ({v.kind})" for v in self.violations[:_SHOWN_PATHS])
+        shown = ", ".join(f"{v.shown} ({v.kind})" for v in self.violations[:_SHOWN_PATHS])
         more = len(self.violations) - _SHOWN_PATHS
         if more > 0:
             shown += f" and {more} more"
@@ -162,7 +176,7 @@ class FrozenCheck:
             f"must stay as committed, so the candidate is disqualified (the workspace is "
             f"restored before the next run) — keep the candidate's scripts from writing "
             f"outside the artifact folder",
-            path=self.violations[0].path,
+            path=self.violations[0].shown,
         )
 
 
