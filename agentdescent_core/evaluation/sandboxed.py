@@ -444,6 +444,8 @@ class SandboxedVerifier:
                 workspace.reset(state)
                 scratch = workspace.new_run_scratch()
                 before = _scan_repo(self.repo) if self._watch_repo else {}
+                # Verified (and copied for a restore) right before the candidate starts.
+                earlier = self._guard.check() if self._guard is not None else []
                 try:
                     outcome = run_tests(workspace.root / self.subdir, plan, self._config,
                                         scratch=scratch, state_dir=workspace.state_dir,
@@ -457,7 +459,7 @@ class SandboxedVerifier:
                 tamper = _planted_bytecode(self.repo, outside)
                 outside = [path for path in outside if not is_cache(path)]
                 if self._guard is not None:
-                    tamper += self._guard.check()
+                    tamper += earlier + self._guard.check()
                 check = _without_empty_dirs(workspace.check(), workspace.root)
                 if not check.ok:
                     workspace.reset(state)  # restore the frozen files now, not at the next run
@@ -634,6 +636,10 @@ def _planted_bytecode(repo: Path, changed: Sequence[str]) -> list[str]:
             full.unlink()
         if not honest:
             found.append(f"{rel}: bytecode that is not its source compiled (removed)")
+    for rel in changed:  # a directory listed as changed is new: remove it if now empty
+        if rel.rsplit("/", 1)[-1] == "__pycache__":
+            with contextlib.suppress(OSError):
+                (repo / rel).rmdir()
     return found
 
 

@@ -13,6 +13,16 @@ therefore gets:
   them, and mark the repository a ``safe.directory`` — the user pointed us at it,
   and pytest already imports its conftest.py, so refusing it over file ownership
   (common in CI containers) would only break runs, not protect anyone;
+- no attributes file the repository names (``core.attributesFile``), no system
+  attributes (``GIT_ATTR_NOSYSTEM``), no transport (``protocol.allow=never``: a
+  partial clone would fetch a missing object through a remote its config defines);
+- for commands that read only objects (the workspace's ``read-tree`` and
+  ``checkout-index``), :func:`objects_only_env`: a private git directory, so the
+  user's ``.git/config``, ``info/attributes`` and hooks are not even read; for the
+  rest (``git status`` on the user's tree, the ledger), :func:`with_neutral_filters`
+  empties every filter driver the configuration defines.  Under ``local`` a
+  candidate can write ``.git/config``, and a smudge filter must never run in the
+  controller;
 - ``GIT_TERMINAL_PROMPT=0`` so nothing ever waits for a password;
 - a fixed author/committer identity (``agentdescent
   <agentdescent@users.noreply.github.com>`` unless the caller passes another);

@@ -43,6 +43,7 @@ import shutil
 import sqlite3
 import stat
 import tempfile
+import uuid
 import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -253,7 +254,7 @@ class RepoGuard:
         for label in sorted(changed, key=lambda item: (-item.count("/"), item)):
             old = self._picture.get(label)
             new = changed[label]
-            changes.append(f"{self._show(label)}: {_what(old, new)}")
+            changes.append(f"{self._show(label)}: {_what(label, old, new)}")
             self._restore(label, old)
         if changes:
             self._picture = {label: _read(full, os.lstat(full)) for label, full in self._walk()}
@@ -320,7 +321,7 @@ class RepoGuard:
 
     def _copy(self, path: str) -> None:
         """A private copy of the database as it is now (taken right after a clean check)."""
-        target = os.path.join(self._tmp, f"{len(self._copies)}-{os.path.basename(path)}")
+        target = os.path.join(self._tmp, f"{uuid.uuid4().hex}-{os.path.basename(path)}")
         try:
             source = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
             try:
@@ -367,6 +368,8 @@ class RepoGuard:
         copy = self._copies.get(path)
         if copy is None:
             return "no verified copy to restore it from: move the file away before the next run"
+        if not os.path.isfile(copy[0]):
+            return "its verified copy is gone: move the file away before the next run"
         try:
             _restore_tables(path, copy[0])
         except sqlite3.Error as exc:
@@ -394,11 +397,15 @@ def _ref_value(entry: _Entry | None, ref: str, changed: Mapping[str, _Entry | No
     return None
 
 
-def _what(old: _Entry | None, new: _Entry | None) -> str:
+def _what(label: str, old: _Entry | None, new: _Entry | None) -> str:
     if old is None:
         return "added (removed again)"
     if new is None:
         return "removed (restored)"
+    if label == "HEAD" or label.startswith("refs/"):  # name both values: nothing is lost
+        was = (old.data or b"").decode("utf-8", "replace").strip()
+        found = (new.data or b"").decode("utf-8", "replace").strip()
+        return f"was {was}, found {found[:100]} (restored to {was})"
     return "changed (restored)"
 
 

@@ -68,12 +68,18 @@ def _key(path: str | os.PathLike[str]) -> str:
 
 
 def file_signature(path: str) -> FileSig:
-    """(size, mtime, ctime, inode) of ``path``, or None when it does not exist."""
+    """(size, mtime, inode, mode) of ``path``, or None when it does not exist.
+
+    Not the ctime: SQLite running as root ``fchown``s the WAL each time any
+    connection opens it (a reader too: ``agentdescent report``), which moves
+    the ctime without a write.  A writer that puts the mtime back with
+    ``utime`` after a same-size write is therefore not seen.
+    """
     try:
         st = os.lstat(path)
     except OSError:
         return None
-    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+    return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_mode)
 
 
 def _pair(path: str) -> tuple[FileSig, FileSig]:

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import IO
 
 from agentdescent_core.errors import BackendError
-from agentdescent_core.sandbox.reaper import start_ticks, sweep
+from agentdescent_core.sandbox.reaper import live_pids, read_proc, start_ticks, sweep
 from agentdescent_core.sandbox.spec import Limits, RunResult, RunSpec
 
 __all__ = [
@@ -151,10 +151,8 @@ def _proc_table() -> list[tuple[int, int, int, str]]:
     for name in entries:
         if not name.isdigit():
             continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as handle:
-                raw = handle.read()
-        except OSError:
+        raw = read_proc(f"/proc/{name}/stat")
+        if raw is None:
             continue
         fields = raw[raw.rfind(b")") + 2 :].split()
         if len(fields) < 4:
@@ -208,6 +206,20 @@ def _kill_tree(root: int) -> int:
                 continue
         time.sleep(0.01)
     return len(seen)
+
+
+_LIVE_ROOTS: set[int] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def _other_runs(root: int) -> set[int]:
+    """The processes of the other runs of this process still going on (never swept)."""
+    with _LIVE_LOCK:
+        others = _LIVE_ROOTS - {root}
+    members: set[int] = set()
+    for other in others:
+        members |= tree_members(other) | {other}
+    return members
 
 
 def _exited(pid: int) -> bool:
@@ -290,6 +302,7 @@ def run_supervised(
     start = time.monotonic()
     deadline = start + timeout
     killed: str | None = None
+    older = live_pids() if sweep_paths else frozenset()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         try:
             proc = subprocess.Popen(
@@ -309,6 +322,8 @@ def run_supervised(
                 "working directory exist"
             ) from exc
         since = start_ticks(proc.pid)
+        with _LIVE_LOCK:
+            _LIVE_ROOTS.add(proc.pid)
         pidfd: int | None = None
         if hasattr(os, "pidfd_open"):
             try:
@@ -330,11 +345,14 @@ def run_supervised(
         finally:
             # The leader is not reaped yet, so its pid (= group and session id) cannot be reused.
             reaped = _kill_tree(proc.pid)
+            if sweep_paths:
+                reaped += sweep(sweep_paths, since=since, older=older,
+                                spare=lambda: _other_runs(proc.pid))
+            with _LIVE_LOCK:
+                _LIVE_ROOTS.discard(proc.pid)
             returncode = proc.wait()
             if pidfd is not None:
                 os.close(pidfd)
-            if sweep_paths:
-                reaped += sweep(sweep_paths, since=since)
         duration = time.monotonic() - start
         stdout = read_output(out)
         stderr = read_output(err)

@@ -67,8 +67,9 @@ def get_backend(name: str, *, image: str | None = None) -> Backend:
 
 _SUMMARY = {
     "local": "NOT a security boundary: candidate code runs as you and can read and write "
-             "whatever you can; own process group and rlimits, leftover processes killed, "
-             "your .git and the state dir checked after each run; network not cut",
+             "whatever you can; no file-system isolation; own process group and rlimits, "
+             "leftover processes killed, your .git and the state dir checked after each "
+             "run; network not cut",
     "bwrap": "namespaces; host and workspace read-only except artifacts and scratch",
     "docker": "container; host dirs read-only except artifacts and scratch, caps dropped",
 }
