@@ -21,6 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar
 
+import agentdescent_core.sandbox.journal as journal
 from agentdescent_core.errors import AgentDescentError
 
 __all__ = ["SqliteFile"]
@@ -50,13 +51,14 @@ class SqliteFile:
         self._closed = True
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, timeout=timeout, check_same_thread=False,
-                                       isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(f"PRAGMA synchronous={self.synchronous}")
-            self._db.executescript(schema)
-            if self.schema_version is not None:
-                self._check_version(self.schema_version)
+            with journal.writing(self.path):  # creating the schema writes the file
+                self._db = sqlite3.connect(self.path, timeout=timeout,
+                                           check_same_thread=False, isolation_level=None)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute(f"PRAGMA synchronous={self.synchronous}")
+                self._db.executescript(schema)
+                if self.schema_version is not None:
+                    self._check_version(self.schema_version)
         except sqlite3.Error as exc:
             raise self.error(f"cannot use {self.label} {self.path}: {exc}; {self.open_advice}"
                              ) from exc
@@ -79,7 +81,8 @@ class SqliteFile:
         with self._lock:
             if not self._closed:
                 self._closed = True
-                self._db.close()
+                with journal.writing(self.path):  # closing checkpoints the WAL
+                    self._db.close()
 
     def __enter__(self) -> Any:
         return self
@@ -106,7 +109,7 @@ class SqliteFile:
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         """One write transaction: everything inside commits together or not at all."""
-        with self._lock:
+        with self._lock, journal.writing(self.path):
             self._check_open()
             try:
                 self._db.execute("BEGIN IMMEDIATE")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from github_server import GitHubTestServer
+from sandbox_support import require_backend
 from test_session_runs import evolve, explain, ledger_refs, make_agent_repo, report_of
 
 from agentdescent_core.github import PR_MARKER
@@ -22,6 +23,7 @@ TOKEN = "ghs_evolvePrSecretToken123"
 
 def test_evolve_pr_pushes_stable_and_opens_then_updates_one_pull_request(
         tmp_path: Path) -> None:
+    require_backend("bwrap")
     repo = tmp_path / "agent"
     make_agent_repo(repo)
     remote = tmp_path / "remote.git"
@@ -34,7 +36,9 @@ def test_evolve_pr_pushes_stable_and_opens_then_updates_one_pull_request(
     with GitHubTestServer(repository="octo/bot", token=TOKEN) as server:
         env = {"GITHUB_TOKEN": TOKEN, "GITHUB_API_URL": server.api_url,
                "GITHUB_REPOSITORY": "octo/bot", "GITHUB_OUTPUT": str(outputs)}
-        result = evolve(repo, "--evolve-pr", env=env)
+        # GITHUB_TOKEN in the environment refuses --evolve-sandbox local (a candidate could
+        # read it from /proc), so a run that publishes evolves under bwrap
+        result = evolve(repo, "--evolve-pr", "--evolve-sandbox", "bwrap", env=env)
 
         assert result.returncode == 0, explain(result)
         assert "pull request: created" in result.stdout
@@ -58,7 +62,7 @@ def test_evolve_pr_pushes_stable_and_opens_then_updates_one_pull_request(
         assert f"pr-number={pull['number']}" in outputs.read_text()
 
         # a second run with nothing new updates the same pull request in place
-        again = evolve(repo, "--evolve-pr", env=env)
+        again = evolve(repo, "--evolve-pr", "--evolve-sandbox", "bwrap", env=env)
         assert again.returncode == 0, explain(again)
         assert len(server.open_pulls()) == 1
         assert report_of(repo)["pull_request"]["operation"] in ("updated", "none")

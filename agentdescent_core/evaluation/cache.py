@@ -32,7 +32,7 @@ from agentdescent_core.sqlite_file import SqliteFile
 __all__ = ["VERDICT_KINDS", "EvalCache", "EvalCacheError", "Verdict"]
 
 #: What a verdict can say about a whole candidate.
-VERDICT_KINDS: tuple[str, ...] = ("frozen-violation", "collection-error")
+VERDICT_KINDS: tuple[str, ...] = ("frozen-violation", "collection-error", "tamper")
 
 _SCHEMA_VERSION = 1
 _SCHEMA = """

@@ -36,6 +36,7 @@ alone.  Three things hold for every answer:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import stat
@@ -43,7 +44,7 @@ import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentdescent_core.artifacts.filetree import FileTree, state_hash
@@ -61,6 +62,8 @@ from agentdescent_core.evaluation.protocol import TaskSplit, requested_tasks
 from agentdescent_core.evaluation.records import TestRecord
 from agentdescent_core.governance import FrozenSet
 from agentdescent_core.sandbox.env import DEFAULT_ENV_ALLOWLIST
+from agentdescent_core.sandbox.exposure import refuse_exposed_secrets
+from agentdescent_core.sandbox.guard import RepoGuard, TamperError
 from agentdescent_core.sandbox.local import LocalBackend, check_network
 from agentdescent_core.sandbox.snapshot import Sig, is_cache, signature
 from agentdescent_core.sandbox.spec import Backend, Limits, Network
@@ -112,6 +115,7 @@ class _ChunkResult:
     outcome: ChildOutcome
     check: FrozenCheck
     outside: list[str]
+    tamper: list[str] = field(default_factory=list)
 
 
 class SandboxedVerifier:
@@ -160,6 +164,7 @@ class SandboxedVerifier:
         if backend.name == LocalBackend.name:
             # Refused now, not at the first evaluation: the run cannot start as asked.
             check_network(network, backend.name)
+            refuse_exposed_secrets(backend.name, host_env)
         self.repo = Path(os.path.abspath(os.fspath(repo)))
         self.commit = commit
         self.subdir = _check_subdir(subdir)
@@ -184,6 +189,9 @@ class SandboxedVerifier:
             pytest_args=tuple(pytest_args),
         )
         self._watch_repo = backend.name == "local" if watch_repo is None else watch_repo
+        state_dir = Path(cache.path).parent if cache is not None else self.repo / ".agentdescent"
+        self._guard = RepoGuard(self.repo, state_dir) if self._watch_repo else None
+        self._tampered: TamperError | None = None
         self._warn_uncommitted()
         self._lock = threading.Lock()
         self._idle: list[Workspace] = []
@@ -276,6 +284,8 @@ class SandboxedVerifier:
         """Records for ``wanted`` at ``state`` (memory, cache, else a child run), or the verdict."""
         frozen_state = dict(state)
         artifact = state_hash(frozen_state)
+        if self._tampered is not None:
+            raise self._tampered  # the run stops: nothing more is evaluated
         with self._state_lock(artifact):
             context = self._context_hash()
             verdict = self._verdict(artifact, context)
@@ -358,6 +368,8 @@ class SandboxedVerifier:
             workspaces, self._workspaces, self._idle = self._workspaces, [], []
         for workspace in workspaces:
             workspace.close()
+        if self._guard is not None:
+            self._guard.close()
 
     # ---------------------------------------------------------------- lookups
 
@@ -413,6 +425,9 @@ class SandboxedVerifier:
         else:
             with ThreadPoolExecutor(len(chunks), thread_name_prefix="agentdescent-chunk") as pool:
                 results = list(pool.map(lambda chunk: self._run_chunk(state, chunk), chunks))
+        tamper = [change for result in results for change in result.tamper]
+        if tamper:
+            self._stop_on_tamper(artifact, context, tamper)
         produced: dict[Key, TestRecord] = {}
         measured: list[TestRecord] = []
         errors: list[str] = []
@@ -454,6 +469,8 @@ class SandboxedVerifier:
                 workspace.reset(state)
                 scratch = workspace.new_run_scratch()
                 before = _scan_repo(self.repo) if self._watch_repo else {}
+                # Verified (and copied for a restore) right before the candidate starts.
+                earlier = self._guard.check() if self._guard is not None else []
                 try:
                     outcome = run_tests(workspace.root / self.subdir, plan, self._config,
                                         scratch=scratch, state_dir=workspace.state_dir,
@@ -464,13 +481,36 @@ class SandboxedVerifier:
                         raise
                     continue
                 outside = _changes(before, _scan_repo(self.repo)) if self._watch_repo else []
+                tamper = _planted_bytecode(self.repo, outside)
+                outside = [path for path in outside if not is_cache(path)]
+                if self._guard is not None:
+                    tamper += earlier + self._guard.check()
                 check = _without_empty_dirs(workspace.check(), workspace.root)
                 if not check.ok:
                     workspace.reset(state)  # restore the frozen files now, not at the next run
-                return _ChunkResult(outcome, check, outside)
+                return _ChunkResult(outcome, check, outside, tamper)
             raise AssertionError("unreachable")  # pragma: no cover
         finally:
             self._release(workspace)
+
+    def _stop_on_tamper(self, artifact: str, context: str, changes: Sequence[str]) -> None:
+        """Disqualify the candidate as ``tamper`` and stop every further evaluation."""
+        shown = "; ".join(changes[:_SHOWN])
+        more = f"; and {len(changes) - _SHOWN} more" if len(changes) > _SHOWN else ""
+        message = (
+            f"a candidate's run changed the user's repository or the state directory "
+            f"under the local backend: {shown}{more}. Everything listed was restored; the "
+            "candidate is disqualified (tamper) and the run stops, because what else it "
+            "changed cannot be known. Under --evolve-sandbox local nothing stops a "
+            "candidate's script from writing there: use bwrap or docker"
+        )
+        verdict = Verdict("tamper", message, "repository-tamper")
+        with self._lock:
+            self._verdicts[artifact] = verdict
+            self._tampered = TamperError(message, list(changes))
+        if self.cache is not None:
+            self.cache.put_verdict(artifact, context, verdict)
+        raise self._tampered
 
     def _acquire(self) -> Workspace:
         with self._lock:
@@ -586,9 +626,9 @@ def _walk(folder: str, prefix: str, found: dict[str, Sig], *, top: bool = False)
     for entry in entries:
         rel = prefix + entry.name
         if top and entry.name == ".agentdescent":
-            continue  # the run's own state (eval cache, run store)
-        if is_cache(rel):
-            continue
+            continue  # the run's own state (eval cache, run store): the guard's part
+        if is_cache(rel) and "__pycache__" not in rel.split("/"):
+            continue  # tool caches hold no code; __pycache__ does (planted .pyc files)
         try:
             st = entry.stat(follow_symlinks=False)
         except OSError:
@@ -610,3 +650,63 @@ def _walk(folder: str, prefix: str, found: dict[str, Sig], *, top: bool = False)
 def _changes(before: Mapping[str, Sig], after: Mapping[str, Sig]) -> list[str]:
     return sorted(path for path in before.keys() | after.keys()
                   if before.get(path) != after.get(path))
+
+
+def _planted_bytecode(repo: Path, changed: Sequence[str]) -> list[str]:
+    """Remove the ``.pyc`` files a run added or changed in the user's repository.
+
+    A planted ``__pycache__/*.pyc`` runs on the user's next plain ``pytest``
+    instead of its source.  Each one is removed (Python writes it again from
+    the source); one that is not the honest compilation of its source by this
+    interpreter is reported, for the candidate to be disqualified as tamper.
+    """
+    found: list[str] = []
+    for rel in changed:
+        if not rel.endswith((".pyc", ".pyo")):
+            continue
+        full = repo / rel
+        if not full.is_file() or full.is_symlink():
+            continue
+        honest = _honest_bytecode(full)
+        with contextlib.suppress(OSError):
+            full.unlink()
+        if not honest:
+            found.append(f"{rel}: bytecode that is not its source compiled (removed)")
+    for rel in changed:  # a directory listed as changed is new: remove it if now empty
+        if rel.rsplit("/", 1)[-1] == "__pycache__":
+            with contextlib.suppress(OSError):
+                (repo / rel).rmdir()
+    return found
+
+
+def _honest_bytecode(pyc: Path) -> bool:
+    """Is ``pyc`` what this interpreter writes for its source (same header, same code)?"""
+    import importlib.util
+    import marshal
+
+    try:
+        source = Path(importlib.util.source_from_cache(str(pyc)))
+        data = pyc.read_bytes()
+        text = source.read_bytes()
+        st = source.stat()
+    except (OSError, ValueError):
+        return False
+    if data[:4] != importlib.util.MAGIC_NUMBER or len(data) < 16:
+        return False
+    flags = int.from_bytes(data[4:8], "little")
+    if flags & 1:  # hash-based: the source's hash must match
+        if data[8:16] != importlib.util.source_hash(text):
+            return False
+    elif (int.from_bytes(data[8:12], "little") != int(st.st_mtime) & 0xFFFFFFFF
+          or int.from_bytes(data[12:16], "little") != st.st_size & 0xFFFFFFFF):
+        return False
+    optimize = 0
+    parts = pyc.name.split(".")
+    if len(parts) > 3 and parts[-2].startswith("opt-"):
+        optimize = int(parts[-2][4:] or 0)
+    try:
+        code = marshal.loads(data[16:])
+        return bool(code == compile(text, str(source), "exec", dont_inherit=True,
+                                    optimize=optimize))
+    except (ValueError, TypeError, EOFError, SyntaxError):
+        return False

@@ -13,6 +13,16 @@ therefore gets:
   them, and mark the repository a ``safe.directory`` — the user pointed us at it,
   and pytest already imports its conftest.py, so refusing it over file ownership
   (common in CI containers) would only break runs, not protect anyone;
+- no attributes file the repository names (``core.attributesFile``), no system
+  attributes (``GIT_ATTR_NOSYSTEM``), no transport (``protocol.allow=never``: a
+  partial clone would fetch a missing object through a remote its config defines);
+- for commands that read only objects (the workspace's ``read-tree`` and
+  ``checkout-index``), :func:`objects_only_env`: a private git directory, so the
+  user's ``.git/config``, ``info/attributes`` and hooks are not even read; for the
+  rest (``git status`` on the user's tree, the ledger), :func:`with_neutral_filters`
+  empties every filter driver the configuration defines.  Under ``local`` a
+  candidate can write ``.git/config``, and a smudge filter must never run in the
+  controller;
 - ``GIT_TERMINAL_PROMPT=0`` so nothing ever waits for a password;
 - a fixed author/committer identity (``agentdescent
   <agentdescent@users.noreply.github.com>`` unless the caller passes another);
@@ -35,13 +45,17 @@ ledger opens itself; ``os.environ`` is never modified.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import subprocess
+from collections.abc import Mapping, Sequence
 
 __all__ = [
     "DEFAULT_IDENTITY",
     "config_overrides",
+    "configured_filters",
     "isolated_env",
+    "objects_only_env",
     "validate_identity",
+    "with_neutral_filters",
 ]
 
 DEFAULT_IDENTITY: tuple[str, str] = ("agentdescent", "agentdescent@users.noreply.github.com")
@@ -68,6 +82,11 @@ def config_overrides(safe_directory: str | None = None) -> list[tuple[str, str]]
         ("i18n.commitEncoding", "UTF-8"),
         ("i18n.logOutputEncoding", "UTF-8"),
         ("core.quotePath", "false"),
+        # Nothing the repository's own config names may run in this process: no
+        # attributes file of its choosing, no transport (a partial clone would
+        # otherwise fetch missing objects through a remote the config defines).
+        ("core.attributesFile", os.devnull),
+        ("protocol.allow", "never"),
     ]
     if safe_directory is not None:
         pairs.append(("safe.directory", safe_directory))
@@ -119,6 +138,7 @@ def isolated_env(
         "GIT_PAGER": "cat",
         "GIT_OPTIONAL_LOCKS": "0",
         "GIT_NO_REPLACE_OBJECTS": "1",
+        "GIT_ATTR_NOSYSTEM": "1",
         "GIT_AUTHOR_NAME": name,
         "GIT_AUTHOR_EMAIL": email,
         "GIT_COMMITTER_NAME": name,
@@ -141,4 +161,87 @@ def isolated_env(
     for i, (key, value) in enumerate(overrides):
         env[f"GIT_CONFIG_KEY_{i}"] = key
         env[f"GIT_CONFIG_VALUE_{i}"] = value
+    return env
+
+
+def _append_overrides(env: dict[str, str], pairs: Sequence[tuple[str, str]]) -> dict[str, str]:
+    out = dict(env)
+    count = int(out.get("GIT_CONFIG_COUNT", "0"))
+    for key, value in pairs:
+        out[f"GIT_CONFIG_KEY_{count}"] = key
+        out[f"GIT_CONFIG_VALUE_{count}"] = value
+        count += 1
+    out["GIT_CONFIG_COUNT"] = str(count)
+    return out
+
+
+def configured_filters(env: Mapping[str, str], cwd: str) -> list[str]:
+    """Names of the filter drivers (``filter.<name>.*``) the configuration git reads defines.
+
+    Asked of ``git config --list --includes`` with ``env`` (an :func:`isolated_env`),
+    so includes and ``includeIf`` are resolved exactly as the command would.
+    """
+    done = subprocess.run(
+        ["git", "config", "--list", "--includes", "-z"], cwd=cwd, env={**os.environ, **env},
+        capture_output=True, check=False, timeout=60,
+    )
+    names: set[str] = set()
+    for item in done.stdout.split(b"\0"):
+        key = item.split(b"\n", 1)[0].decode("utf-8", "surrogateescape")
+        if key.lower().startswith("filter.") and key.count(".") >= 2:
+            names.add(key[len("filter."):key.rfind(".")])
+    return sorted(names)
+
+
+def with_neutral_filters(env: Mapping[str, str], cwd: str) -> dict[str, str]:
+    """``env`` plus overrides that empty every filter driver the repository configures.
+
+    A ``smudge``/``clean``/``process`` command defined in ``.git/config`` and
+    named by an attribute (``* filter=x`` in ``.git/info/attributes``) would run
+    in the controller whenever git converts a file (``git status`` cleans a
+    stat-dirty file, a checkout smudges).  An empty command is no filter, and
+    ``required=false`` keeps git from failing over it.  The names are read when
+    this is called: a driver added to the config afterwards is not covered, so
+    call it right before the command (or use :func:`objects_only_env`, which
+    reads no repository config at all).
+    """
+    pairs: list[tuple[str, str]] = []
+    for name in configured_filters(env, cwd):
+        pairs += [(f"filter.{name}.clean", ""), (f"filter.{name}.smudge", ""),
+                  (f"filter.{name}.process", ""), (f"filter.{name}.required", "false")]
+    return _append_overrides(dict(env), pairs)
+
+
+def objects_only_env(
+    *,
+    common_dir: str,
+    shadow_dir: str,
+    work_tree: str,
+    private_index: str,
+    object_format: str = "sha1",
+) -> dict[str, str]:
+    """Environment for commands that need only the user's objects (copying a commit out).
+
+    ``GIT_DIR`` is ``shadow_dir``, a private skeleton repository created here
+    with a configuration of our own, and ``GIT_OBJECT_DIRECTORY`` the user's
+    object store (its ``info/alternates`` still apply).  So the user's
+    ``.git/config``, ``.git/info/attributes`` and hooks are never read: no
+    filter driver, fsmonitor or hook a candidate planted there can run, even
+    one planted a moment ago by a run in another workspace.  Attributes
+    committed in the tree (``.gitattributes``) still apply (line endings), but
+    with no driver configured a ``filter=`` attribute does nothing.
+    """
+    os.makedirs(os.path.join(shadow_dir, "refs"), exist_ok=True)
+    os.makedirs(os.path.join(shadow_dir, "objects"), exist_ok=True)
+    with open(os.path.join(shadow_dir, "HEAD"), "w", encoding="utf-8") as handle:
+        handle.write("ref: refs/heads/agentdescent-workspace\n")
+    version, extension = ("1", f"[extensions]\n\tobjectformat = {object_format}\n") \
+        if object_format != "sha1" else ("0", "")
+    with open(os.path.join(shadow_dir, "config"), "w", encoding="utf-8") as handle:
+        handle.write(f"[core]\n\trepositoryformatversion = {version}\n\tbare = false\n"
+                     + extension)
+    env = isolated_env(git_dir=shadow_dir, work_tree=work_tree, private_index=private_index)
+    env["GIT_COMMON_DIR"] = shadow_dir
+    env["GIT_OBJECT_DIRECTORY"] = os.path.join(common_dir, "objects")
+    env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = ""
     return env

@@ -40,7 +40,12 @@ import git
 from git.exc import GitCommandError, InvalidGitRepositoryError, NoSuchPathError
 
 from agentdescent_core.errors import LedgerError
-from agentdescent_core.ledger.gitenv import DEFAULT_IDENTITY, isolated_env, validate_identity
+from agentdescent_core.ledger.gitenv import (
+    DEFAULT_IDENTITY,
+    isolated_env,
+    validate_identity,
+    with_neutral_filters,
+)
 from agentdescent_core.ledger.objects import apply_ops_to_tree, write_commit
 
 __all__ = ["GitRepo", "RefUpdate", "RefUpdateFailed"]
@@ -87,13 +92,13 @@ class GitRepo:
         self._tmp = tempfile.mkdtemp(prefix="agentdescent-ledger-")
         # Removed even if close() is never called (at garbage collection or exit).
         self._cleanup = weakref.finalize(self, shutil.rmtree, self._tmp, True)
-        self.env = isolated_env(
+        self.env = with_neutral_filters(isolated_env(
             git_dir=self.git_dir,
             common_dir=self.common_dir,
             work_tree=self.work_tree,
             private_index=os.path.join(self._tmp, "no-index"),
             identity=self.identity,
-        )
+        ), self.path)
         self._local = threading.local()
         self._opened: list[git.Repo] = []
         self._lock = threading.Lock()
@@ -274,8 +279,15 @@ class GitRepo:
             with open(script, "w", encoding="utf-8") as handle:
                 for upd in updates:
                     handle.write(f"update {upd.ref} {upd.new} {upd.old or self.zero_oid}\n")
-            status, _, err = self.run("update-ref", "-m", reason, "--stdin",
-                                      stdin_path=script, allow_fail=True)
+            # Under the journal's lock, so a tamper check never sees half a transaction.
+            from agentdescent_core.sandbox import journal
+
+            with journal.LOCK:
+                status, _, err = self.run("update-ref", "-m", reason, "--stdin",
+                                          stdin_path=script, allow_fail=True)
+                if status == 0:
+                    journal.refs_moved(self.common_dir, [
+                        journal.RefMove(upd.ref, upd.old, upd.new) for upd in updates])
         if status == 0:
             return
         lock = _LOCK_RE.search(err)

@@ -43,11 +43,13 @@ import subprocess
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
 from agentdescent_core.errors import BackendError
+from agentdescent_core.sandbox.reaper import live_pids, read_proc, start_ticks, sweep
 from agentdescent_core.sandbox.spec import Limits, RunResult, RunSpec
 
 __all__ = [
@@ -56,6 +58,7 @@ __all__ = [
     "LocalBackend",
     "ProbedOnce",
     "SandboxSetupError",
+    "StrayProcessesWarning",
     "read_output",
     "require_workspace",
     "run_supervised",
@@ -73,6 +76,10 @@ _KILL_ROUNDS = 50
 
 class SandboxSetupError(BackendError):
     """The sandbox cannot run this spec here (a missing tool, an unsupported request)."""
+
+
+class StrayProcessesWarning(UserWarning):
+    """A ``local`` run left processes behind; they were killed (``RunResult.reaped``)."""
 
 
 # --------------------------------------------------------------------------- limits
@@ -144,10 +151,8 @@ def _proc_table() -> list[tuple[int, int, int, str]]:
     for name in entries:
         if not name.isdigit():
             continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as handle:
-                raw = handle.read()
-        except OSError:
+        raw = read_proc(f"/proc/{name}/stat")
+        if raw is None:
             continue
         fields = raw[raw.rfind(b")") + 2 :].split()
         if len(fields) < 4:
@@ -181,20 +186,40 @@ def tree_members(root: int) -> set[int]:
     return members
 
 
-def _kill_tree(root: int) -> None:
-    """SIGKILL the root's group, then sweep the session/descendants until none is left."""
+def _kill_tree(root: int) -> int:
+    """SIGKILL the root's group, then sweep the session/descendants until none is left.
+
+    Returns how many processes besides the root were alive to be killed.
+    """
+    seen = tree_members(root) - {root}
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(root, signal.SIGKILL)
     for _ in range(_KILL_ROUNDS):
         members = tree_members(root) - {root}
         if not members:
-            return
+            break
+        seen |= members
         for pid in members:
             try:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 continue
         time.sleep(0.01)
+    return len(seen)
+
+
+_LIVE_ROOTS: set[int] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def _other_runs(root: int) -> set[int]:
+    """The processes of the other runs of this process still going on (never swept)."""
+    with _LIVE_LOCK:
+        others = _LIVE_ROOTS - {root}
+    members: set[int] = set()
+    for other in others:
+        members |= tree_members(other) | {other}
+    return members
 
 
 def _exited(pid: int) -> bool:
@@ -258,6 +283,7 @@ def run_supervised(
     limits: Limits,
     wrapper_processes: int = 0,
     signal_exit_codes: bool = False,
+    sweep_paths: Sequence[Path] = (),
 ) -> RunResult:
     """Run ``argv`` under the limits, never past ``timeout``; leave no process behind.
 
@@ -266,13 +292,17 @@ def run_supervised(
     count against ``max_processes``.  ``signal_exit_codes`` reads exit statuses
     128 + N as death by signal N (for a wrapper that reports signals that way).
     Output goes to unlinked temporary files, so a grandchild that keeps a
-    descriptor open cannot hang the read.
+    descriptor open cannot hang the read.  ``sweep_paths`` (the workspace and
+    scratch of a run without a PID namespace): after the tree is killed, every
+    process found there is killed too (:func:`.reaper.sweep`); the result's
+    ``reaped`` counts all of them.
     """
     command, preexec = _limited(argv, limits)
     ceiling = limits.max_processes + wrapper_processes
     start = time.monotonic()
     deadline = start + timeout
     killed: str | None = None
+    older = live_pids() if sweep_paths else frozenset()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         try:
             proc = subprocess.Popen(
@@ -291,6 +321,9 @@ def run_supervised(
                 f"cannot start {command[0]!r} in {cwd}: {exc}; check that the command and the "
                 "working directory exist"
             ) from exc
+        since = start_ticks(proc.pid)
+        with _LIVE_LOCK:
+            _LIVE_ROOTS.add(proc.pid)
         pidfd: int | None = None
         if hasattr(os, "pidfd_open"):
             try:
@@ -311,7 +344,12 @@ def run_supervised(
                     break
         finally:
             # The leader is not reaped yet, so its pid (= group and session id) cannot be reused.
-            _kill_tree(proc.pid)
+            reaped = _kill_tree(proc.pid)
+            if sweep_paths:
+                reaped += sweep(sweep_paths, since=since, older=older,
+                                spare=lambda: _other_runs(proc.pid))
+            with _LIVE_LOCK:
+                _LIVE_ROOTS.discard(proc.pid)
             returncode = proc.wait()
             if pidfd is not None:
                 os.close(pidfd)
@@ -326,7 +364,8 @@ def run_supervised(
     elif returncode == -signal.SIGXCPU:
         killed, result_code = "cpu", None
     return RunResult(
-        returncode=result_code, stdout=stdout, stderr=stderr, duration=duration, killed=killed
+        returncode=result_code, stdout=stdout, stderr=stderr, duration=duration, killed=killed,
+        reaped=reaped,
     )
 
 
@@ -371,7 +410,15 @@ def check_network(network: str, backend: str) -> None:
 
 
 class LocalBackend:
-    """Process group, rlimits, timeouts, scrubbed environment; no file-system isolation."""
+    """Process group, rlimits, timeouts, scrubbed environment; no file-system isolation.
+
+    Not a security boundary: candidate code runs as the user.  What it does
+    about that: after every run it kills whatever the run left behind
+    (:mod:`.reaper`); :class:`~agentdescent_core.evaluation.sandboxed.SandboxedVerifier`
+    refuses it while a secret is readable in ``/proc`` (:mod:`.exposure`) and
+    checks the user's ``.git`` and state directory around each run
+    (:mod:`.guard`).
+    """
 
     name = "local"
     added_env: tuple[str, ...] = ()
@@ -385,13 +432,22 @@ class LocalBackend:
         """Run ``spec.argv`` in the workspace; ``writable``/``hidden`` are not enforced here."""
         check_network(spec.network, self.name)
         require_workspace(spec)
-        return run_supervised(
+        result = run_supervised(
             spec.argv,
             cwd=spec.workspace,
             env=spec.env,
             timeout=spec.timeout,
             limits=spec.limits,
+            sweep_paths=(spec.workspace, spec.scratch, *spec.extra_writable),
         )
+        if result.reaped:
+            warnings.warn(StrayProcessesWarning(
+                f"a candidate's run in {spec.workspace} left {result.reaped} process(es) "
+                "behind (detached into their own session, or still running when it ended); "
+                "all were killed after the run. Under --evolve-sandbox local nothing stops "
+                "a candidate's script from doing that: bwrap and docker contain it"
+            ), stacklevel=2)
+        return result
 
     def __repr__(self) -> str:
         return "LocalBackend()"

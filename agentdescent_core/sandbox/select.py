@@ -57,6 +57,7 @@ def get_backend(name: str, *, image: str | None = None) -> Backend:
         )
     if name != "auto":
         return _cached(name, image)
+    # ``local`` is last and taken only when neither docker nor bwrap works here.
     for candidate in AUTO_ORDER:
         backend = _cached(candidate, image)
         if backend.unavailable_reason() is None:
@@ -65,7 +66,10 @@ def get_backend(name: str, *, image: str | None = None) -> Backend:
 
 
 _SUMMARY = {
-    "local": "own process group and rlimits; no file-system isolation, network not cut",
+    "local": "NOT a security boundary: candidate code runs as you and can read and write "
+             "whatever you can; no file-system isolation; own process group and rlimits, "
+             "leftover processes killed, your .git and the state dir checked after each "
+             "run; network not cut",
     "bwrap": "namespaces; host and workspace read-only except artifacts and scratch",
     "docker": "container; host dirs read-only except artifacts and scratch, caps dropped",
 }

@@ -94,6 +94,9 @@ class RunResult:
     ``returncode`` is None when the process was killed by the backend (then
     ``killed`` says why: ``timeout``, ``memory``, ...); a negative value is the
     signal that ended it.  ``stdout`` / ``stderr`` are decoded and truncated.
+    ``reaped`` counts the processes the run left behind that the backend
+    killed after it (``local``: its group, session, descendants, and every
+    process found in its workspace or scratch directory).
     """
 
     returncode: int | None
@@ -101,6 +104,7 @@ class RunResult:
     stderr: str
     duration: float
     killed: str | None = None
+    reaped: int = 0
 
     @property
     def ok(self) -> bool:

@@ -64,7 +64,7 @@ from agentdescent_core.artifacts.paths import (
 )
 from agentdescent_core.errors import AgentDescentError, RefusalError
 from agentdescent_core.governance import FrozenSet
-from agentdescent_core.ledger.gitenv import isolated_env
+from agentdescent_core.ledger.gitenv import isolated_env, objects_only_env, with_neutral_filters
 from agentdescent_core.sandbox.snapshot import (
     Content,
     Known,
@@ -279,6 +279,13 @@ class Workspace:
         )
         self.commit = self._git("rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}",
                                 what=f"resolve commit {commit!r}").strip()
+        # From here on only objects are needed: git reads none of the user's config,
+        # attributes or hooks, so no filter a candidate planted there can run.
+        self._git_env = objects_only_env(
+            common_dir=common_dir, shadow_dir=str(self.state_dir / "git"), work_tree=self._root,
+            private_index=str(self.state_dir / "index"),
+            object_format="sha256" if len(self.commit) == 64 else "sha1",
+        )
         self._git("read-tree", self.commit, what=f"read the tree of {self.commit}")
         self._git("checkout-index", "--all", "--force", what="copy the committed files")
         entries = _ls_files(self._git("ls-files", "--stage", "-z", what="list the commit"))
@@ -770,6 +777,7 @@ def dirty_paths(repo: str | os.PathLike[str], paths: Sequence[str] = ()) -> list
         git_dir=git_dir, common_dir=common_dir, work_tree=work_tree,
         private_index=os.path.join(git_dir, "index"),
     )
+    env = with_neutral_filters(env, work_tree)  # status cleans stat-dirty files
     runner = git.Git(work_tree)
     runner.update_environment(**env)
     args = ["git", "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames",
