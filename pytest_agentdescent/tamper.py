@@ -261,7 +261,7 @@ class Planted:
         """(what was set, the artifact file its value comes from), for the changed modules."""
         artifact: dict[int, str] = {}
         names: set[str] = set()
-        changed: list[ModuleType] = []
+        library: list[tuple[str, ModuleType]] = []
         for name, module in list(sys.modules.items()):
             if not isinstance(module, ModuleType):  # type: ignore[redundant-expr,unused-ignore]
                 continue  # type: ignore[unreachable,unused-ignore]  # sys.modules may hold anything
@@ -270,9 +270,12 @@ class Planted:
             if path and _under(path, self._roots):
                 artifact[id(vars(module))] = path
                 names.add(name)
-                continue
-            if path and _under(path, self._space):
-                continue
+            elif not (path and _under(path, self._space)):
+                library.append((name, module))
+        if not artifact and self._known:
+            return []  # nothing of the candidate is loaded: nothing can have been planted
+        changed: list[ModuleType] = []
+        for name, module in library:
             ids = list(map(id, vars(module).values()))
             if self._known.get(name) != (id(vars(module)), ids):
                 self._known[name] = (id(vars(module)), ids)

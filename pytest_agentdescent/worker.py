@@ -32,6 +32,18 @@ file and removes both variables from ``os.environ`` before any test runs, and
 signs every line (HMAC-SHA256 in its ``mac`` field).  A script that appends a
 forged "passed" line to the journal cannot sign it, and the parent drops it.
 
+The recorder is also tamper-evident (:mod:`pytest_agentdescent.tamper`).  At
+import — before any conftest or test module — it reads the plan, opens the
+journal, pins its own functions (and pytest's ``runtestprotocol`` and
+``call_and_report``) to private copies of their globals, so that replacing
+``worker.combine_reports`` or ``json.dumps`` changes nothing it calls, and
+installs an audit hook.  After every phase it checks that no attribute of its
+modules, or of pytest's runner, reports, nodes and python modules and their
+key classes, was replaced; after each test it looks for library attributes
+that now hold code from the artifact roots.  Each finding is a signed
+``{"tamper": what, "file": where, "nodeid": ...}`` line; the parent makes the
+whole candidate ``tamper``.
+
 From ``agentdescent_core`` the module imports only the standard-library
 :mod:`~agentdescent_core.evaluation.records` (the variable names it shares with
 the parent): the engine's heavier parts would add up to half a second to every

@@ -16,8 +16,12 @@ alone.  Three things hold for every answer:
 * **A candidate cannot win by cheating.**  A skipped or xfailed task earns 0.0
   (making a test skip is not an improvement); a candidate whose run changed a
   frozen file is disqualified (:meth:`disqualification`, every reward 0.0) and
-  the workspace is restored at once; one whose tests do not collect fails as a
-  whole (:meth:`candidate_error`).  Under a backend without file-system
+  the workspace is restored at once; so is one whose code reached into the
+  test process (``tamper``: the recorder saw it patch the recorder or pytest,
+  take frames, or use ctypes); one whose tests do not collect fails as a
+  whole (:meth:`candidate_error`).  Secret values are masked in everything a
+  child sends back before it is memoised, cached or shown
+  (:mod:`agentdescent_core.redact`).  Under a backend without file-system
   isolation (``local``) the user's repository is also stat-scanned around each
   run, and a change there disqualifies the candidate too — with the honest
   caveat that an edit the user makes during that run is blamed on it.
