@@ -33,6 +33,7 @@ from agentdescent_core.markdown import num as _num
 from agentdescent_core.markdown import number_or_none as _reward_of
 from agentdescent_core.markdown import sha as _sha
 from agentdescent_core.markdown import table as _table
+from agentdescent_core.redact import redact, redact_data
 from agentdescent_core.stats.samples import PASS_THRESHOLD
 
 if TYPE_CHECKING:
@@ -203,7 +204,7 @@ def build_report(
                 f"extra key {key!r} would replace the report's own {key!r}; pick another name"
             )
         report[key] = value
-    return report
+    return redact_data(report)  # no secret value reaches report.json, report.md or a PR
 
 
 # ---------------------------------------------------------------- rendering
@@ -308,7 +309,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
               _cell(v.get("subject", ""))] for v in versions],
         )
     lines += _durability(report)
-    return "\n".join(lines) + "\n"
+    return redact("\n".join(lines) + "\n")
 
 
 def _durability(report: Mapping[str, Any]) -> list[str]:

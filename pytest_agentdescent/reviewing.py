@@ -408,8 +408,10 @@ def _unusable(result: ReviewResult, verifier: SandboxedVerifier, state: Mapping[
         return True
     refusal = verifier.disqualification(state)
     if refusal is not None:
-        result.failures.append(f"running the tests with the {which}'s artifact changed frozen "
-                               f"files: {refusal.message}")
+        did = "tampered with the test process" if refusal.category == "tamper" \
+            else "changed frozen files"
+        result.failures.append(f"running the tests with the {which}'s artifact {did} "
+                               f"({refusal.category}): {refusal.message}")
         return True
     return False
 

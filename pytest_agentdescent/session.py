@@ -152,7 +152,7 @@ class EvolveSession:
                     implementations: Sequence[str], run_state: RunState) -> bool:
         """The run once this process holds the repository lease."""
         from agentdescent_core.errors import RefusalError
-        from agentdescent_core.evaluation.cache import EvalCache, EvalCacheError
+        from agentdescent_core.evaluation.cache import EvalCache, EvalCacheError, run_key
         from agentdescent_core.proposers.guardrails import Guardrails
 
         settings = self.settings
@@ -174,7 +174,9 @@ class EvolveSession:
         verifier = None
         try:
             try:
-                cache = EvalCache(state_dir / "eval-cache.sqlite3")
+                # local: a child can read any file, so the key lives only in memory (one run)
+                cache = EvalCache(state_dir / "eval-cache.sqlite3",
+                                  key=run_key() if backend.name == "local" else None)
                 initial = ledger.read_state(ledger.head("dev"))
             except (RefusalError, EvalCacheError) as exc:
                 raise pytest.UsageError(f"pytest --evolve cannot start: {exc}") from None
@@ -424,9 +426,10 @@ class EvolveSession:
                           f"unchanged artifact, so no candidate can be judged: {problem}")
         refusal = verifier.disqualification(state)
         if refusal is not None:
-            return None, (f"running the tests with the unchanged artifact already changes "
-                          f"frozen files, so every candidate would be disqualified: "
-                          f"{refusal.message}")
+            did = "tampers with the test process" if refusal.category == "tamper" \
+                else "changes frozen files"
+            return None, (f"running the tests with the unchanged artifact already {did}, "
+                          f"so every candidate would be disqualified: {refusal.message}")
         ran = verifier.evaluations - runs
         self._baseline_seconds = time.monotonic() - started
         self._out.line(f"baseline  reward {reward:.3f}  ({ran} test runs, "

@@ -32,6 +32,18 @@ file and removes both variables from ``os.environ`` before any test runs, and
 signs every line (HMAC-SHA256 in its ``mac`` field).  A script that appends a
 forged "passed" line to the journal cannot sign it, and the parent drops it.
 
+The recorder is also tamper-evident (:mod:`pytest_agentdescent.tamper`).  At
+import — before any conftest or test module — it reads the plan, opens the
+journal, pins its own functions (and pytest's ``runtestprotocol`` and
+``call_and_report``) to private copies of their globals, so that replacing
+``worker.combine_reports`` or ``json.dumps`` changes nothing it calls, and
+installs an audit hook.  After every phase it checks that no attribute of its
+modules, or of pytest's runner, reports, nodes and python modules and their
+key classes, was replaced; after each test it looks for library attributes
+that now hold code from the artifact roots.  Each finding is a signed
+``{"tamper": what, "file": where, "nodeid": ...}`` line; the parent makes the
+whole candidate ``tamper``.
+
 From ``agentdescent_core`` the module imports only the standard-library
 :mod:`~agentdescent_core.evaluation.records` (the variable names it shares with
 the parent): the engine's heavier parts would add up to half a second to every
@@ -45,23 +57,42 @@ import hmac
 import json
 import os
 import signal
+import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FunctionType, ModuleType
 from typing import IO, Any, cast
 
+import _pytest.nodes
+import _pytest.python
+import _pytest.reports
+import _pytest.runner
 import pytest
 from _pytest.runner import runtestprotocol
 
+from agentdescent_core.evaluation import records as _records
 from agentdescent_core.evaluation.records import (
     CHILD_ENV,
     DEFAULT_OUTPUT_CHARS,
     PLAN_ENV,
     RECORD_ENV,
 )
+from pytest_agentdescent import reward as _reward
 from pytest_agentdescent.reward import clear_reward, recorded_reward
+from pytest_agentdescent.tamper import Integrity, Planted, Watch
+
+# What the recorder calls, bound once: a test that patches ``json.dumps`` or
+# ``hmac.new`` does not change how lines are written or signed.
+_dumps = json.dumps
+_hmac_new = hmac.new
+_sha256 = hashlib.sha256
+_monotonic = time.monotonic
+_Thread = threading.Thread
+_Condition = threading.Condition
+_RLock = threading.RLock
 
 __all__ = [
     "CHILD_ENV",
@@ -93,6 +124,10 @@ class Plan:
     test_timeout: float | None = None
     output_chars: int = DEFAULT_OUTPUT_CHARS
     key: str = ""
+    #: Absolute paths of the artifact roots (as the child sees them) and of the
+    #: workspace: code under the roots is the candidate's (``tamper``).
+    artifact_roots: tuple[str, ...] = ()
+    workspace: str = ""
 
     @classmethod
     def from_json(cls, text: str) -> Plan:
@@ -109,6 +144,8 @@ class Plan:
             test_timeout=None if timeout is None or float(timeout) <= 0 else float(timeout),
             output_chars=int(data.get("output_chars", DEFAULT_OUTPUT_CHARS)),
             key=str(data.get("key", "")),
+            artifact_roots=tuple(str(p) for p in data.get("artifact_roots", ())),
+            workspace=str(data.get("workspace", "")),
         )
 
     def span(self, nodeid: str) -> tuple[int, int]:
@@ -251,25 +288,36 @@ class _KeepParents:
         return getattr(self._item, name)
 
 
+class _Watchdog(_Thread):
+    """The watchdog thread; it drops its target at start, so ``threading.enumerate()``
+    does not lead to the journal (and its key) through ``Thread._target``."""
+
+    def run(self) -> None:
+        target = getattr(self, "_target", None)
+        self._target = None
+        if target is not None:
+            target()
+
+
 class _Journal:
     """The record file and the per-test watchdog, sharing one lock.
 
     Every line is written under the lock, so the watchdog's timeout record and
-    the main thread's own record for the same run can never both appear.
+    the main thread's own record for the same run can never both appear.  The
+    lock is reentrant: the audit hook may report a finding from inside a write.
     """
 
     def __init__(self, path: Path, timeout: float | None, key: str = "") -> None:
         self._out: IO[str] = path.open("a", encoding="utf-8")
         self._key = key.encode()
         self._timeout = timeout
-        self._cond = threading.Condition()
+        self._cond = _Condition(_RLock())
         self._current: tuple[str, int] | None = None
         self._deadline = 0.0
         self._started = 0.0
         self._closed = False
         if timeout is not None:
-            threading.Thread(target=self._watch, name="agentdescent-watchdog",
-                             daemon=True).start()
+            _Watchdog(target=self._watch, name="agentdescent-watchdog", daemon=True).start()
 
     def write(self, data: Mapping[str, Any]) -> None:
         with self._cond:
@@ -281,11 +329,17 @@ class _Journal:
         self._out.write(sign_line(data, self._key) + "\n")
         self._out.flush()
 
+    def tamper(self, what: str, file: str) -> None:
+        """A signed ``tamper`` line: ``file`` did ``what`` (while the current test ran)."""
+        with self._cond:
+            nodeid = self._current[0] if self._current is not None else ""
+            self._write({"tamper": what, "file": file, "nodeid": nodeid})
+
     def start(self, nodeid: str, repeat: int) -> None:
         with self._cond:
             self._write({"start": nodeid, "repeat": repeat})
             self._current = (nodeid, repeat)
-            self._started = time.monotonic()
+            self._started = _monotonic()
             if self._timeout is not None:
                 self._deadline = self._started + self._timeout
             self._cond.notify_all()
@@ -310,7 +364,7 @@ class _Journal:
                 if self._current is None:
                     self._cond.wait()
                     continue
-                left = self._deadline - time.monotonic()
+                left = self._deadline - _monotonic()
                 if left > 0:
                     self._cond.wait(left)
                     continue
@@ -319,7 +373,7 @@ class _Journal:
                     nodeid, "failed", 0.0, repeat=repeat,
                     message=f"timed out after {self._timeout:g}s (the per-test timeout); "
                             "the test and every process it started were killed",
-                    duration=time.monotonic() - self._started, phase="timeout",
+                    duration=_monotonic() - self._started, phase="timeout",
                 ))
                 _kill_everything()
 
@@ -333,12 +387,36 @@ def _kill_everything() -> None:
         os._exit(TIMEOUT_EXIT_CODE)
 
 
+class _Guard:
+    """The tamper checks the recorder runs at report time (see :mod:`.tamper`)."""
+
+    def __init__(self, journal: _Journal, watch: Watch, integrity: Integrity,
+                 planted: Planted) -> None:
+        self._journal = journal
+        self._watch = watch
+        self._integrity = integrity
+        self._planted = planted
+        self._seen: set[tuple[str, str]] = set()
+
+    def check(self, *, full: bool = False) -> None:
+        """Journal a ``tamper`` line for every replaced attribute (and planted code if ``full``)."""
+        with self._watch.quiet():
+            found = self._integrity.changed()
+            if full:
+                found += self._planted.scan()
+        for what, file in found:
+            if (what, file) not in self._seen:
+                self._seen.add((what, file))
+                self._journal.tamper(what, self._watch.relative(file) if file else "")
+
+
 class Recorder:
     """Runs the planned tests and journals one record per test per repeat."""
 
-    def __init__(self, journal: _Journal, plan: Plan) -> None:
+    def __init__(self, journal: _Journal, plan: Plan, guard: _Guard | None = None) -> None:
         self._journal = journal
         self._plan = plan
+        self._guard = guard
 
     @pytest.hookimpl
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
@@ -351,6 +429,8 @@ class Recorder:
     def pytest_collection_modifyitems(
         self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
+        if self._guard is not None:
+            self._guard.check(full=True)  # what the test modules' imports did
         if not self._plan.tests:
             return
         keep: list[pytest.Item] = []
@@ -388,25 +468,37 @@ class Recorder:
             self._journal.start(item.nodeid, repeat)
             following = nextitem if last else cast(pytest.Item, _KeepParents(item))
             reports = runtestprotocol(item, log=True, nextitem=following)
-            self._journal.finish(combine_reports(
+            line = combine_reports(
                 item.nodeid, repeat, reports,
                 reward=recorded_reward(item), output_chars=self._plan.output_chars,
-            ))
+            )
+            if self._guard is not None:
+                self._guard.check(full=last)
+            self._journal.finish(line)
         item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
         return True
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        # After each phase, not only at the end: a patch made in setup and
+        # undone in teardown must not go unseen.
+        if self._guard is not None:
+            self._guard.check()
+
     @pytest.hookimpl
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self._guard is not None:
+            self._guard.check(full=True)
         self._journal.close()
 
 
 def sign_line(data: Mapping[str, Any], key: bytes) -> str:
     """``data`` as a JSON line, with its HMAC under ``key`` in ``mac`` (unsigned without a key)."""
-    body = json.dumps(dict(data), sort_keys=True)
+    body = _dumps(dict(data), sort_keys=True)
     if not key:
         return body
-    mac = hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
-    return json.dumps({**data, "mac": mac}, sort_keys=True)
+    mac = _hmac_new(key, body.encode(), _sha256).hexdigest()
+    return _dumps({**data, "mac": mac}, sort_keys=True)
 
 
 def _ensure_plugin(config: pytest.Config) -> None:
@@ -418,23 +510,99 @@ def _ensure_plugin(config: pytest.Config) -> None:
         manager.register(plugin, "pytest_agentdescent.plugin")
 
 
-def pytest_configure(config: pytest.Config) -> None:
+# ---------------------------------------------------------------- start-up
+
+def _rebind(function: FunctionType, namespace: dict[str, Any]) -> FunctionType:
+    """``function`` with ``namespace`` as its globals (its markers and defaults kept)."""
+    copy = FunctionType(function.__code__, namespace, function.__name__,
+                        function.__defaults__, function.__closure__)
+    copy.__kwdefaults__ = function.__kwdefaults__
+    copy.__dict__.update(function.__dict__)
+    copy.__qualname__ = function.__qualname__
+    copy.__module__ = function.__module__
+    return copy
+
+
+def _pinned(namespace: Mapping[str, Any], module: str, classes: Iterable[str] = ()
+            ) -> dict[str, Any]:
+    """A private copy of a module's globals whose functions and classes use the copy.
+
+    Replacing ``worker.combine_reports`` (or ``_pytest.runner.call_and_report``)
+    then changes the module, not what the recorder calls.
+    """
+    private = dict(namespace)
+    for name, obj in list(private.items()):
+        if isinstance(obj, FunctionType) and obj.__module__ == module:
+            private[name] = _rebind(obj, private)
+        elif name in classes and isinstance(obj, type):
+            body = {key: _rebind(value, private) if isinstance(value, FunctionType) else value
+                    for key, value in vars(obj).items() if key not in ("__dict__", "__weakref__")}
+            private[name] = type(obj.__name__, obj.__bases__, body)
+    return private
+
+
+_PYTEST_CLASSES: tuple[type, ...] = (
+    _pytest.python.Function, _pytest.python.PyobjMixin, _pytest.nodes.Item, _pytest.nodes.Node,
+    _pytest.reports.TestReport, _pytest.reports.BaseReport, _pytest.runner.CallInfo,
+    _pytest.runner.SetupState,
+)
+
+
+def _start(private: dict[str, Any]) -> dict[str, Any] | str | None:
+    """Read the plan, open the journal, install the audit hook: before any conftest loads.
+
+    Returns what :func:`pytest_configure` registers, an error message, or None
+    outside an evaluation (no :data:`RECORD_ENV`).
+    """
     path = os.environ.get(RECORD_ENV)
     if not path:
-        return
-    _ensure_plugin(config)
+        return None
     plan_path = os.environ.get(PLAN_ENV)
     try:
         plan = Plan.from_json(Path(plan_path).read_text("utf-8")) if plan_path else Plan()
     except (OSError, ValueError, TypeError) as exc:
-        raise pytest.UsageError(
-            f"agentdescent recorder: cannot read the plan {plan_path!r} ({exc}); "
-            f"{PLAN_ENV} must name a JSON file written by the evaluation layer"
-        ) from exc
+        return (f"agentdescent recorder: cannot read the plan {plan_path!r} ({exc}); "
+                f"{PLAN_ENV} must name a JSON file written by the evaluation layer")
     # Nothing the tests run may learn where the journal is or how lines are signed.
     for name in (RECORD_ENV, PLAN_ENV):
         os.environ.pop(name, None)
     if plan_path and plan.key:
         Path(plan_path).unlink(missing_ok=True)
-    journal = _Journal(Path(path), plan.test_timeout, plan.key)
-    config.pluginmanager.register(Recorder(journal, plan), "agentdescent-recorder")
+    journal = private["_Journal"](Path(path), plan.test_timeout, plan.key)
+    workspace = plan.workspace or os.getcwd()
+    me = sys.modules[__name__]
+    ours = [value for value in (*vars(me).values(), *private.values())
+            if isinstance(value, (FunctionType, type)) and value.__module__ == __name__]
+    watch = Watch(plan.artifact_roots, workspace, journal.tamper, protected=ours)
+    strict: list[ModuleType | type] = [me, _reward, _records]
+    strict += [value for value in private.values()
+               if isinstance(value, type) and value.__module__ == __name__]
+    integrity = Integrity(strict, [_pytest.runner, _pytest.reports, _pytest.python,
+                                   _pytest.nodes, *_PYTEST_CLASSES], workspace)
+    with watch.quiet():
+        planted = Planted(plan.artifact_roots, workspace)
+    watch.install()
+    guard = private["_Guard"](journal, watch, integrity, planted)
+    return {"recorder": private["Recorder"](journal, plan, guard)}
+
+
+def _pin_all() -> dict[str, Any]:
+    runner = _pinned(vars(_pytest.runner), "_pytest.runner")
+    private = _pinned(globals(), __name__,
+                      ("_KeepParents", "_Journal", "_Watchdog", "_Guard", "Recorder"))
+    private["runtestprotocol"] = runner["runtestprotocol"]
+    return private
+
+
+_pending: list[dict[str, Any] | str | None] = [_start(_pin_all())]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Taken out of the module at once: after this only pytest holds the recorder.
+    started = _pending.pop() if _pending else None
+    if started is None:
+        return
+    if isinstance(started, str):
+        raise pytest.UsageError(started)
+    _ensure_plugin(config)
+    config.pluginmanager.register(started["recorder"], "agentdescent-recorder")

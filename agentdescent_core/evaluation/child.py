@@ -139,13 +139,17 @@ class ChildOutcome:
     ``not_run`` are the keys whose records were made up by the parent because
     the test never ran (out of time, out of restarts): they are failures for
     this evaluation but not measurements worth caching.  ``runs`` counts the
-    children started.
+    children started.  A non-empty ``tamper`` makes the whole candidate
+    ``tamper`` (the verifier's verdict), whatever its records say.
     """
 
     records: tuple[TestRecord, ...]
     error: str | None
     runs: int = 0
     not_run: frozenset[tuple[str, int]] = frozenset()
+    #: What the recorder saw candidate code do to the test process (signed
+    #: ``tamper`` lines: "skills/x/helper.py: called sys._getframe() (in test)").
+    tamper: tuple[str, ...] = ()
 
 
 @functools.cache
@@ -223,6 +227,9 @@ def run_tests(
     pending: dict[str, tuple[int, int]] = dict(plan)
     runs = 0
     restarts = 0
+    tamper: list[str] = []
+    space = os.path.commonpath([str(workspace_root.absolute()),
+                                *(str(p.absolute()) for p in writable)])
     (state_dir / "pytest-cache").mkdir(parents=True, exist_ok=True)
     while pending:
         left = deadline - time.monotonic()
@@ -241,6 +248,8 @@ def run_tests(
             "test_timeout": config.test_timeout,
             "output_chars": config.output_chars,
             "key": key,
+            "artifact_roots": [str(p.absolute()) for p in writable],
+            "workspace": space,
         }), encoding="utf-8")
         env = child_environment(
             os.environ if config.host_env is None else config.host_env,
@@ -270,9 +279,10 @@ def run_tests(
         )
         result = config.backend.run(spec)
         lines = _read_journal(journal, key.encode())
+        tamper.extend(t for t in _tamper_of(lines) if t not in tamper)
         collect_errors = [str(d["collect_error"]) for d in lines if "collect_error" in d]
         if collect_errors:
-            return ChildOutcome((), "\n\n".join(collect_errors), runs)
+            return ChildOutcome((), "\n\n".join(collect_errors), runs, tamper=tuple(tamper))
         new = _parse_records(lines, wanted)
         started = _unfinished(lines, new)
         records.update(new)
@@ -280,7 +290,8 @@ def run_tests(
         if not missing:
             break
         if not lines and not new:
-            return ChildOutcome(tuple(records.values()), _start_failure(result), runs)
+            return ChildOutcome(tuple(records.values()), _start_failure(result), runs,
+                                tamper=tuple(tamper))
         if result.killed == "timeout":
             if started is not None and started in missing:
                 records[started] = _made_up(
@@ -308,7 +319,7 @@ def run_tests(
         _drop_bytecode(workspace_root)
         pending = spans(missing)
     ordered = tuple(records[done] for done in sorted(records))
-    return ChildOutcome(ordered, None, runs, frozenset(not_run & set(records)))
+    return ChildOutcome(ordered, None, runs, frozenset(not_run & set(records)), tuple(tamper))
 
 
 # ---------------------------------------------------------------- helpers
@@ -364,6 +375,21 @@ def _read_journal(path: Path, key: bytes) -> list[dict[str, Any]]:
         if isinstance(mac, str) and hmac.compare_digest(mac, expected):
             lines.append(data)
     return lines
+
+
+def _tamper_of(lines: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The recorder's signed ``tamper`` lines, each as "file: what (while test ran)"."""
+    found: list[str] = []
+    for data in lines:
+        if "tamper" not in data:
+            continue
+        file = str(data.get("file") or "the candidate's code")
+        nodeid = str(data.get("nodeid") or "")
+        when = f" while {nodeid} ran" if nodeid else ""
+        text = f"{file}: {data['tamper']}{when}"
+        if text not in found:
+            found.append(text)
+    return found
 
 
 def _parse_records(

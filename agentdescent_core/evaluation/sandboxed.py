@@ -16,8 +16,12 @@ alone.  Three things hold for every answer:
 * **A candidate cannot win by cheating.**  A skipped or xfailed task earns 0.0
   (making a test skip is not an improvement); a candidate whose run changed a
   frozen file is disqualified (:meth:`disqualification`, every reward 0.0) and
-  the workspace is restored at once; one whose tests do not collect fails as a
-  whole (:meth:`candidate_error`).  Under a backend without file-system
+  the workspace is restored at once; so is one whose code reached into the
+  test process (``tamper``: the recorder saw it patch the recorder or pytest,
+  take frames, or use ctypes); one whose tests do not collect fails as a
+  whole (:meth:`candidate_error`).  Secret values are masked in everything a
+  child sends back before it is memoised, cached or shown
+  (:mod:`agentdescent_core.redact`).  Under a backend without file-system
   isolation (``local``) the user's repository is also stat-scanned around each
   run, and a change there disqualifies the candidate too — with the honest
   caveat that an edit the user makes during that run is blamed on it.
@@ -44,7 +48,7 @@ import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from agentdescent_core.artifacts.filetree import FileTree, state_hash
@@ -61,6 +65,7 @@ from agentdescent_core.evaluation.child import (
 from agentdescent_core.evaluation.protocol import TaskSplit, requested_tasks
 from agentdescent_core.evaluation.records import TestRecord
 from agentdescent_core.governance import FrozenSet
+from agentdescent_core.redact import Redactor
 from agentdescent_core.sandbox.env import DEFAULT_ENV_ALLOWLIST
 from agentdescent_core.sandbox.exposure import refuse_exposed_secrets
 from agentdescent_core.sandbox.guard import RepoGuard, TamperError
@@ -192,6 +197,8 @@ class SandboxedVerifier:
         state_dir = Path(cache.path).parent if cache is not None else self.repo / ".agentdescent"
         self._guard = RepoGuard(self.repo, state_dir) if self._watch_repo else None
         self._tampered: TamperError | None = None
+        # Secret values are scrubbed from everything a child sends back (agentdescent_core.redact).
+        self._redact = Redactor.from_env(os.environ if host_env is None else host_env)
         self._warn_uncommitted()
         self._lock = threading.Lock()
         self._idle: list[Workspace] = []
@@ -318,8 +325,8 @@ class SandboxedVerifier:
     def rollout(self, state: Mapping[str, str], task_id: str, repeat: int = 0) -> Rollout:
         """One (test, repeat) at ``state``: reward and :class:`Observation`, memoised and cached.
 
-        A candidate ruled out as a whole (frozen violation, collection error)
-        earns 0.0, and its observation's record carries the reason as message.
+        A candidate ruled out as a whole (frozen violation, tamper, collection
+        error) earns 0.0, and its observation's record carries the reason as message.
         """
         if task_id not in self._known:
             raise ValueError(f"unknown task id {task_id!r}; the run has no such task")
@@ -355,11 +362,17 @@ class SandboxedVerifier:
         return verdict.message if verdict and verdict.kind == "collection-error" else None
 
     def disqualification(self, state: Mapping[str, str]) -> RefusalError | None:
-        """The ``frozen-violation`` refusal when the candidate's run changed a frozen file."""
+        """Why the candidate is ruled out whatever its tests said, or None.
+
+        ``frozen-violation``: its run changed a frozen file; ``tamper``: its code
+        reached into the test process (the recorder, pytest, frames, ctypes).
+        The refusal's category is the merge category the engine counts it under.
+        """
         verdict = self._known_verdict(state)
-        if verdict is None or verdict.kind != "frozen-violation":
+        if verdict is None or verdict.kind not in ("frozen-violation", "tamper"):
             return None
-        return RefusalError("frozen-violation", verdict.code or "frozen-modified", verdict.message)
+        default = "frozen-modified" if verdict.kind == "frozen-violation" else "tamper"
+        return RefusalError(verdict.kind, verdict.code or default, verdict.message)
 
     def close(self) -> None:
         """Remove every workspace (the cache belongs to the caller and stays open)."""
@@ -433,8 +446,10 @@ class SandboxedVerifier:
         errors: list[str] = []
         violations: list[RefusalError] = []
         outside: list[str] = []
+        tamper: list[str] = []
         for result in results:
-            outcome = result.outcome
+            outcome = self._scrubbed(result.outcome)
+            tamper.extend(outcome.tamper)
             if outcome.error is not None:
                 errors.append(outcome.error)
             if not result.check.ok:
@@ -449,8 +464,9 @@ class SandboxedVerifier:
             self._children += sum(r.outcome.runs for r in results)
             for key, record in produced.items():
                 self._records[(artifact, key[0], key[1])] = record
-        verdict = _verdict_of(violations, outside, errors)
+        verdict = _verdict_of(violations, outside, errors, tamper=tamper)
         if verdict is not None:
+            verdict = Verdict(verdict.kind, self._redact(verdict.message), verdict.code)
             with self._lock:
                 self._verdicts[artifact] = verdict
             if self.cache is not None:
@@ -460,6 +476,14 @@ class SandboxedVerifier:
             self.cache.put_many(artifact, context, measured)
         have.update(produced)
         return None
+
+    def _scrubbed(self, outcome: ChildOutcome) -> ChildOutcome:
+        """``outcome`` with every secret value masked in its records and error."""
+        if not self._redact:
+            return outcome
+        error = None if outcome.error is None else self._redact(outcome.error)
+        return replace(outcome, records=tuple(self._redact.record(r) for r in outcome.records),
+                       error=error, tamper=tuple(self._redact(t) for t in outcome.tamper))
 
     def _run_chunk(self, state: Mapping[str, str], plan: Mapping[str, tuple[int, int]]
                    ) -> _ChunkResult:
@@ -587,7 +611,17 @@ def _empty_dir(path: Path) -> bool:
 
 
 def _verdict_of(violations: Sequence[RefusalError], outside: Sequence[str],
-                errors: Sequence[str]) -> Verdict | None:
+                errors: Sequence[str], *, tamper: Sequence[str] = ()) -> Verdict | None:
+    if tamper:
+        shown = "; ".join(tamper[:_SHOWN])
+        more = f" and {len(tamper) - _SHOWN} more" if len(tamper) > _SHOWN else ""
+        return Verdict(
+            "tamper",
+            f"the candidate's code reached into the test process that judges it: {shown}{more}; "
+            "code under the artifact roots may not patch the recorder or pytest, read frames, "
+            "or use ctypes (run skill scripts as subprocesses)",
+            "tamper-process",
+        )
     if violations:
         first = violations[0]
         return Verdict("frozen-violation", first.message, first.code)

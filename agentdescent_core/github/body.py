@@ -27,6 +27,7 @@ from typing import Any
 
 from agentdescent_core.ledger.message import VersionRecord
 from agentdescent_core.markdown import cell, code, line_chart, num, number_or_none, sha, table
+from agentdescent_core.redact import redact
 
 __all__ = ["DEFAULT_LIMIT", "PR_MARKER", "render_pr_body", "version_entry"]
 
@@ -109,7 +110,7 @@ def render_pr_body(report: Mapping[str, Any] | None, *,
         if room < len(PR_MARKER) + 1:
             keep, room = "", limit - len(notice)
         text = _join(sections[:-1])[: max(0, room)].rstrip() + notice + keep
-    return text
+    return redact(text)  # no secret value in a PR (a mask may add a few characters)
 
 
 # ---------------------------------------------------------------------- sections

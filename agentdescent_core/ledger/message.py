@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 
 from agentdescent_core.artifacts.diff import Diff
 from agentdescent_core.errors import LedgerError
+from agentdescent_core.redact import redact
 
 __all__ = [
     "Evidence",
@@ -250,7 +251,7 @@ def _assemble(subject: str, body: str, trailers: Sequence[tuple[str, str]]) -> s
     if body:
         parts.append(body)
     parts.append(block)
-    return "\n\n".join(parts) + "\n"
+    return redact("\n\n".join(parts) + "\n")  # a commit never carries a secret's value
 
 
 def _clean_body(text: str) -> str:
