@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import IO
 
 from agentdescent_core.errors import BackendError
+from agentdescent_core.sandbox.memwatch import MemoryGuard
 from agentdescent_core.sandbox.spec import Limits, RunResult, RunSpec
 
 __all__ = [
@@ -258,6 +259,7 @@ def run_supervised(
     limits: Limits,
     wrapper_processes: int = 0,
     signal_exit_codes: bool = False,
+    private_tmpfs: Sequence[str] = (),
 ) -> RunResult:
     """Run ``argv`` under the limits, never past ``timeout``; leave no process behind.
 
@@ -267,8 +269,12 @@ def run_supervised(
     128 + N as death by signal N (for a wrapper that reports signals that way).
     Output goes to unlinked temporary files, so a grandchild that keeps a
     descriptor open cannot hang the read.
+    ``limits.memory_mb`` also bounds the whole tree (:mod:`.memwatch`: a cgroup,
+    else a watcher that adds the sandbox's ``private_tmpfs`` mounts to the sum).
     """
+    guard = MemoryGuard(limits, private_tmpfs=private_tmpfs)
     command, preexec = _limited(argv, limits)
+    command = guard.wrap(command, env)
     ceiling = limits.max_processes + wrapper_processes
     start = time.monotonic()
     deadline = start + timeout
@@ -287,10 +293,12 @@ def run_supervised(
                 close_fds=True,
             )
         except OSError as exc:
+            guard.finish()
             raise SandboxSetupError(
                 f"cannot start {command[0]!r} in {cwd}: {exc}; check that the command and the "
                 "working directory exist"
             ) from exc
+        guard.started(proc.pid)
         pidfd: int | None = None
         if hasattr(os, "pidfd_open"):
             try:
@@ -306,13 +314,18 @@ def run_supervised(
                 _wait_exit(proc.pid, pidfd, min(left, WATCH_INTERVAL))
                 if _exited(proc.pid):
                     break
-                if len(tree_members(proc.pid)) > ceiling:
+                members = tree_members(proc.pid)
+                if len(members) > ceiling:
                     killed = "processes"
+                    break
+                killed = guard.check(members)
+                if killed is not None:
                     break
         finally:
             # The leader is not reaped yet, so its pid (= group and session id) cannot be reused.
             _kill_tree(proc.pid)
             returncode = proc.wait()
+            killed = killed or guard.finish()
             if pidfd is not None:
                 os.close(pidfd)
         duration = time.monotonic() - start
