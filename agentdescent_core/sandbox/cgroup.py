@@ -34,6 +34,7 @@ every process still in the group is killed and the group removed.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import itertools
@@ -53,7 +54,8 @@ _MIB = 1024 * 1024
 _PREFIX = "agentdescent-"
 _counter = itertools.count()
 _PROBE_TIMEOUT = 15.0
-_CLOSE_ROUNDS = 300  # 10 ms each: processes of a killed PID namespace take a while to go
+_CLOSE_ROUNDS = 100  # 10 ms each; a group left busy longer is retried later
+_EXIT_ROUNDS = 500
 _leftovers: list[Path] = []
 _leftovers_lock = threading.Lock()
 
@@ -189,6 +191,8 @@ class RunCgroup:
         self._systemd_props = [f"MemoryMax={memory_bytes}", "MemorySwapMax=0",
                                f"TasksMax={max_tasks}"]  # fmt: skip
         self._root_pid: int | None = None
+        self._oom_event: int | None = None
+        self._oom_seen = False
         name = f"{_PREFIX}{os.getpid()}-{next(_counter)}"
         try:
             if mode.name in ("v1", "v2") and mode.memory_parent is not None:
@@ -207,6 +211,7 @@ class RunCgroup:
                     # At the limit the group's processes wait instead of being OOM-killed
                     # one by one; the poll sees ``under_oom`` and kills the whole run.
                     self._write(self._memory_dir, "memory.oom_control", 1, required=False)
+                    self._oom_event = _oom_eventfd(self._memory_dir)
                     if mode.pids_parent is not None:
                         self._pids_dir = self._make(mode.pids_parent / name)
                         self._write(self._pids_dir, "pids.max", max_tasks)
@@ -274,7 +279,14 @@ class RunCgroup:
         if memory is not None:
             if self.mode == "v1":
                 control = memory / "memory.oom_control"
-                if _counter_in(control, "under_oom") > 0 or _counter_in(control, "oom_kill") > 0:
+                if self._oom_event is not None and not self._oom_seen:
+                    with contextlib.suppress(BlockingIOError, OSError):
+                        self._oom_seen = os.eventfd_read(self._oom_event) > 0
+                if (
+                    self._oom_seen
+                    or _counter_in(control, "under_oom") > 0
+                    or _counter_in(control, "oom_kill") > 0
+                ):
                     return "memory"
             elif _counter_in(memory / "memory.events", "oom_kill") > 0:
                 return "memory"
@@ -285,8 +297,10 @@ class RunCgroup:
     def close(self) -> None:
         """Kill what is left in the group(s) and remove them (systemd removes its scope).
 
-        A group whose last processes are still exiting cannot be removed yet; it
-        is retried at the next :func:`open_cgroup` of this process.
+        A group whose last processes are still exiting cannot be removed yet (a
+        killed run that filled a tmpfs takes seconds to release it); it is retried
+        at the next :func:`open_cgroup` and when this process exits, and a
+        group of a dead process is removed by the next process that opens one.
         """
         for folder in reversed(self._dirs):
             for _ in range(_CLOSE_ROUNDS):
@@ -297,6 +311,9 @@ class RunCgroup:
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.kill(pid, signal.SIGKILL)
                 time.sleep(0.01)
+            if folder == self._memory_dir and self._oom_event is not None:
+                os.close(self._oom_event)
+                self._oom_event = None
             if not _remove(folder, _CLOSE_ROUNDS):
                 with _leftovers_lock:
                     _leftovers.append(folder)
@@ -313,6 +330,14 @@ def _remove(folder: Path, rounds: int) -> bool:
         except OSError:
             time.sleep(0.01)
     return False
+
+
+@atexit.register
+def _remove_leftovers_at_exit() -> None:
+    with _leftovers_lock:
+        pending, _leftovers[:] = list(_leftovers), []
+    for folder in pending:
+        _remove(folder, _EXIT_ROUNDS)
 
 
 def _sweep_leftovers(mode: _Mode) -> None:
@@ -334,6 +359,27 @@ def _sweep_leftovers(mode: _Mode) -> None:
                 and not Path(f"/proc/{owner}").exists()
             ):
                 _remove(entry, 1)
+
+
+def _oom_eventfd(folder: Path) -> int | None:
+    """An eventfd the kernel signals at every OOM of a v1 memory group (None if refused).
+
+    Unlike ``under_oom`` it keeps the news: a group that was at the limit when
+    the run's root exited is still reported after the tree is killed.
+    """
+    if not hasattr(os, "eventfd"):
+        return None
+    event = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+    try:
+        control = os.open(folder / "memory.oom_control", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            (folder / "cgroup.event_control").write_text(f"{event} {control}")
+        finally:
+            os.close(control)
+    except OSError:
+        os.close(event)
+        return None
+    return event
 
 
 def _counter_in(path: Path, key: str) -> int:
