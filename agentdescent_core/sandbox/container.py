@@ -10,15 +10,21 @@ What the container sees: read-only ``/usr``, ``/lib*``, ``/bin``,
 a few ``/etc`` files (users, name service, TLS certificates, alternatives,
 time zone), the ``readable`` paths and the workspace; read-write the
 ``writable`` paths, the scratch directory and ``extra_writable``; a private
-tmpfs ``/tmp``; nothing else of the host (the user's repository, ``$HOME`` and
-the host ``/tmp`` are simply not mounted; a ``hidden`` directory that lies
-inside a mounted path is covered by an empty tmpfs).  The root file system is
+tmpfs ``/tmp`` and a private ``/dev/shm`` (own IPC namespace), each of at
+most ``limits.memory_mb`` and charged to the container's memory limit; nothing else of the host (the
+user's repository, ``$HOME``, ``/run`` with the docker socket, and the host
+``/tmp`` and ``/dev/shm`` are simply not mounted; a ``hidden`` directory that
+lies inside a mounted path is covered by an empty tmpfs).  A spec path that is
+or holds a container daemon's socket is refused
+(:func:`~agentdescent_core.sandbox.hostview.refuse_daemon_sockets`).  The root file system is
 read-only, docker's init is PID 1 (signals and zombies behave as on the
 host), every capability is dropped, ``no-new-privileges`` is set, it runs
 as the caller's uid:gid, and the network is ``none`` or the default bridge.
 
-Limits: ``mem_limit`` (no swap on top; the kernel OOM-kills, reported as
-``killed="memory"``), ``pids_limit`` (fork fails past it), one CPU
+Limits: ``mem_limit`` (no swap on top; tmpfs pages are charged to the
+container's cgroup too; at the first OOM kill inside the container, seen on
+the daemon's event stream, the whole container is killed and the run reported
+as ``killed="memory"``), ``pids_limit`` (fork fails past it), one CPU
 (``nano_cpus``), ``cpu`` and ``fsize`` ulimits.  On timeout the container is
 killed; it is always removed.  As with ``bwrap``, scratch and
 ``extra_writable`` directories are created when missing and a missing
@@ -33,10 +39,12 @@ import io
 import os
 import signal
 import tarfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from agentdescent_core.sandbox.hostview import refuse_daemon_sockets
 from agentdescent_core.sandbox.local import (
     ProbedOnce,
     SandboxSetupError,
@@ -74,6 +82,48 @@ SYSTEM_ETC: tuple[str, ...] = (
 
 _LABEL = "agentdescent.sandbox"
 _STOP_GRACE = 10.0
+
+
+class _OomWatch:
+    """Kills the container at its first OOM event, so the run stops with ``memory``.
+
+    Without it a candidate's process killed by the container's OOM killer only
+    fails its test, and the run goes on with what it holds (a full tmpfs).
+    """
+
+    def __init__(self, client: Any, container: Any) -> None:
+        import docker.errors
+
+        self.hit = threading.Event()
+        self._thread: threading.Thread | None = None
+        try:
+            self._stream = client.events(
+                decode=True, filters={"container": container.id, "event": "oom"}
+            )
+        except docker.errors.DockerException:
+            self._stream = None
+            return
+        self._thread = threading.Thread(target=self._watch, args=(container,), daemon=True)
+        self._thread.start()
+
+    def _watch(self, container: Any) -> None:
+        try:
+            for _event in self._stream:
+                self.hit.set()
+                with contextlib.suppress(Exception):
+                    container.kill()
+                return
+        except Exception:  # the stream was closed under us: the run is over
+            return
+
+    def close(self) -> None:
+        if self._stream is not None:
+            with contextlib.suppress(Exception):
+                self._stream.close()
+            self._stream = None
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+            self._thread = None
 
 
 def _empty_tar() -> bytes:
@@ -150,7 +200,15 @@ class DockerBackend(ProbedOnce):
     # ------------------------------------------------------------------ mounts
 
     def mounts(self, spec: RunSpec) -> tuple[list[tuple[str, bool]], list[str]]:
-        """(host path, read_only) bind mounts and tmpfs targets for ``spec``."""
+        """(host path, read_only) bind mounts and tmpfs targets for ``spec``.
+
+        Raises :class:`SandboxSetupError` when a spec path is a container daemon's
+        socket or holds one.
+        """
+        refuse_daemon_sockets(
+            [spec.workspace, spec.scratch, *spec.readable, *spec.writable, *spec.extra_writable],
+            self.name,
+        )
         binds: dict[str, bool] = {}
 
         def bind(path: Path | str, read_only: bool) -> None:
@@ -203,7 +261,9 @@ class DockerBackend(ProbedOnce):
                     docker.types.Mount(target=path, source=path, type="bind", read_only=ro)
                     for path, ro in binds
                 ],
-                tmpfs={path: "mode=1777,size=512m" for path in tmpfs},
+                tmpfs={path: f"mode=1777,size={limits.memory_mb}m" for path in tmpfs},
+                ipc_mode="private",
+                shm_size=memory,
                 read_only=True,
                 init=True,
                 network_mode="none" if spec.network == "none" else "bridge",
@@ -235,6 +295,7 @@ class DockerBackend(ProbedOnce):
         start = time.monotonic()
         killed: str | None = None
         returncode: int | None = None
+        oom = _OomWatch(client, container)
         try:
             container.start()
             try:
@@ -249,7 +310,10 @@ class DockerBackend(ProbedOnce):
                     pass
             duration = time.monotonic() - start
             container.reload()
-            if killed is None and container.attrs.get("State", {}).get("OOMKilled"):
+            oom.close()
+            if killed is None and (
+                oom.hit.is_set() or container.attrs.get("State", {}).get("OOMKilled")
+            ):
                 killed = "memory"
             if killed is None and returncode is not None and 128 < returncode < 160:
                 # Docker reports death by signal N as 128 + N; keep the spec's negative convention.
@@ -259,6 +323,7 @@ class DockerBackend(ProbedOnce):
         except docker.errors.DockerException as exc:
             raise SandboxSetupError(f"docker failed while running the sandbox: {exc}") from exc
         finally:
+            oom.close()
             with contextlib.suppress(docker.errors.DockerException):
                 container.remove(force=True)
         if killed is not None:

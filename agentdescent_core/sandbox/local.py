@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import IO
 
 from agentdescent_core.errors import BackendError
+from agentdescent_core.sandbox.memwatch import MemoryGuard
 from agentdescent_core.sandbox.reaper import live_pids, read_proc, start_ticks, sweep
 from agentdescent_core.sandbox.spec import Limits, RunResult, RunSpec
 
@@ -284,6 +285,7 @@ def run_supervised(
     wrapper_processes: int = 0,
     signal_exit_codes: bool = False,
     sweep_paths: Sequence[Path] = (),
+    private_tmpfs: Sequence[str] = (),
 ) -> RunResult:
     """Run ``argv`` under the limits, never past ``timeout``; leave no process behind.
 
@@ -295,9 +297,13 @@ def run_supervised(
     descriptor open cannot hang the read.  ``sweep_paths`` (the workspace and
     scratch of a run without a PID namespace): after the tree is killed, every
     process found there is killed too (:func:`.reaper.sweep`); the result's
-    ``reaped`` counts all of them.
+    ``reaped`` counts all of them.  ``limits.memory_mb`` also bounds the whole
+    tree (:mod:`.memwatch`: a cgroup, else a watcher that adds the sandbox's
+    ``private_tmpfs`` mounts to the sum).
     """
+    guard = MemoryGuard(limits, private_tmpfs=private_tmpfs)
     command, preexec = _limited(argv, limits)
+    command = guard.wrap(command, env)
     ceiling = limits.max_processes + wrapper_processes
     start = time.monotonic()
     deadline = start + timeout
@@ -317,6 +323,7 @@ def run_supervised(
                 close_fds=True,
             )
         except OSError as exc:
+            guard.finish()
             raise SandboxSetupError(
                 f"cannot start {command[0]!r} in {cwd}: {exc}; check that the command and the "
                 "working directory exist"
@@ -324,6 +331,7 @@ def run_supervised(
         since = start_ticks(proc.pid)
         with _LIVE_LOCK:
             _LIVE_ROOTS.add(proc.pid)
+        guard.started(proc.pid)
         pidfd: int | None = None
         if hasattr(os, "pidfd_open"):
             try:
@@ -339,8 +347,12 @@ def run_supervised(
                 _wait_exit(proc.pid, pidfd, min(left, WATCH_INTERVAL))
                 if _exited(proc.pid):
                     break
-                if len(tree_members(proc.pid)) > ceiling:
+                members = tree_members(proc.pid)
+                if len(members) > ceiling:
                     killed = "processes"
+                    break
+                killed = guard.check(members)
+                if killed is not None:
                     break
         finally:
             # The leader is not reaped yet, so its pid (= group and session id) cannot be reused.
@@ -351,6 +363,7 @@ def run_supervised(
             with _LIVE_LOCK:
                 _LIVE_ROOTS.discard(proc.pid)
             returncode = proc.wait()
+            killed = killed or guard.finish()
             if pidfd is not None:
                 os.close(pidfd)
         duration = time.monotonic() - start
