@@ -446,10 +446,10 @@ class SandboxedVerifier:
         errors: list[str] = []
         violations: list[RefusalError] = []
         outside: list[str] = []
-        tamper: list[str] = []
+        reached_in: list[str] = []  # code under the roots that reached into the test process
         for result in results:
             outcome = self._scrubbed(result.outcome)
-            tamper.extend(outcome.tamper)
+            reached_in.extend(outcome.tamper)
             if outcome.error is not None:
                 errors.append(outcome.error)
             if not result.check.ok:
@@ -464,7 +464,7 @@ class SandboxedVerifier:
             self._children += sum(r.outcome.runs for r in results)
             for key, record in produced.items():
                 self._records[(artifact, key[0], key[1])] = record
-        verdict = _verdict_of(violations, outside, errors, tamper=tamper)
+        verdict = _verdict_of(violations, outside, errors, tamper=reached_in)
         if verdict is not None:
             verdict = Verdict(verdict.kind, self._redact(verdict.message), verdict.code)
             with self._lock:
