@@ -27,6 +27,7 @@ abort the whole session; the recorder selects the planned tests itself).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import hmac
@@ -280,10 +281,12 @@ def run_tests(
         result = config.backend.run(spec)
         lines = _read_journal(journal, key.encode())
         tamper.extend(t for t in _tamper_of(lines) if t not in tamper)
-        collect_errors = [str(d["collect_error"]) for d in lines if "collect_error" in d]
+        collect_errors = [_unplaced(str(d["collect_error"]), space)
+                          for d in lines if "collect_error" in d]
         if collect_errors:
             return ChildOutcome((), "\n\n".join(collect_errors), runs, tamper=tuple(tamper))
-        new = _parse_records(lines, wanted)
+        new = {key: _unplaced_record(rec, space)
+               for key, rec in _parse_records(lines, wanted).items()}
         started = _unfinished(lines, new)
         records.update(new)
         missing = wanted - records.keys()
@@ -375,6 +378,25 @@ def _read_journal(path: Path, key: bytes) -> list[dict[str, Any]]:
         if isinstance(mac, str) and hmac.compare_digest(mac, expected):
             lines.append(data)
     return lines
+
+
+def _unplaced(text: str, space: str) -> str:
+    """``text`` with the workspace's absolute location cut to repository-relative paths.
+
+    Workspaces live in fresh temporary directories, so a message that names
+    ``/tmp/agentdescent-ws-x1y2/skills/a.md`` would differ between runs of the
+    same test, and so would every prompt built from it (a recorded model
+    answer could never be replayed); ``skills/a.md`` is also what a proposer
+    can act on.
+    """
+    return text.replace(space + os.sep, "").replace(space, ".") if space in text else text
+
+
+def _unplaced_record(record: TestRecord, space: str) -> TestRecord:
+    message, output = _unplaced(record.message, space), _unplaced(record.output, space)
+    if message == record.message and output == record.output:
+        return record
+    return dataclasses.replace(record, message=message, output=output)
 
 
 def _tamper_of(lines: Sequence[Mapping[str, Any]]) -> list[str]:
