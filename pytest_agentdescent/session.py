@@ -152,7 +152,7 @@ class EvolveSession:
                     implementations: Sequence[str], run_state: RunState) -> bool:
         """The run once this process holds the repository lease."""
         from agentdescent_core.errors import RefusalError
-        from agentdescent_core.evaluation.cache import EvalCache, EvalCacheError, run_key
+        from agentdescent_core.evaluation.cache import EvalCache, EvalCacheError
         from agentdescent_core.proposers.guardrails import Guardrails
 
         settings = self.settings
@@ -174,9 +174,11 @@ class EvolveSession:
         verifier = None
         try:
             try:
-                # local: a child can read any file, so the key lives only in memory (one run)
-                cache = EvalCache(state_dir / "eval-cache.sqlite3",
-                                  key=run_key() if backend.name == "local" else None)
+                # The key file sits in the state dir: hidden from the child under bwrap and
+                # docker; under local a child could read it, but any write of the cache by
+                # a candidate is caught by the state-dir guard (sandbox/guard.py), restored,
+                # and stops the run, so results still carry over between runs.
+                cache = EvalCache(state_dir / "eval-cache.sqlite3")
                 initial = ledger.read_state(ledger.head("dev"))
             except (RefusalError, EvalCacheError) as exc:
                 raise pytest.UsageError(f"pytest --evolve cannot start: {exc}") from None

@@ -17,11 +17,13 @@ Only the controller writes the cache, and every row carries a MAC
 sees: a candidate's script that rewrites a row (``reward`` 1.0, or deletes a
 verdict and forges a clean one) produces a row that does not verify; such rows
 are treated as missing — the candidate is run again — and counted in
-:attr:`EvalCache.rejected`.  The key is the caller's: a fresh
-:func:`run_key` in memory where the child can read any file the user can
-(the ``local`` backend; the cache then lasts one run), else (the default) a
-key file next to the database, mode 0600, in a state directory that bwrap and
-docker do not show to the child, so results are reused across runs.
+:attr:`EvalCache.rejected`.  The key is the caller's: by default a key file
+next to the database, mode 0600, in a state directory that bwrap and docker
+do not show to the child, so results are reused across runs; or a fresh
+:func:`run_key` that lives only in memory (the cache then lasts one run).
+The plugin uses the key file under ``local`` too: a local child could read
+it, but under ``local`` any write of the state directory by a candidate is
+caught by :mod:`agentdescent_core.sandbox.guard`, restored, and stops the run.
 
 One SQLite file in the state directory, in WAL mode so readers do not block
 the writer; one connection per instance, serialised by a lock, so an instance
