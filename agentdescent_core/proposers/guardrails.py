@@ -572,62 +572,47 @@ class Guardrails:
         leaked = [f for f in critical if f.kind in ("secret", "pii")]
         if leaked:
             secret = any(f.kind == "secret" for f in leaked)
-            raise RefusalError(
-                "secret",
-                "secret-in-proposal" if secret else "pii-in-proposal",
-                f"the proposal contains {_listing(leaked)}; "
-                + (
-                    "never write credentials into the artifact: refer to the environment "
-                    "variable by name instead"
-                    if secret
-                    else "remove personal data from the artifact (or run without PII checks)"
-                ),
-                path=leaked[0].path,
-            )
+            raise _refusal(
+                "secret", "secret-in-proposal" if secret else "pii-in-proposal", leaked,
+                "; never write credentials into the artifact: refer to the environment "
+                "variable by name instead" if secret
+                else "; remove personal data from the artifact (or run without PII checks)")
         wiping = [f for f in critical if f.kind == "destructive"]
         if wiping:
-            raise RefusalError(
-                "invalid-proposal",
-                "destructive-command",
-                f"the proposal contains {_listing(wiping)}; such a command destroys the "
-                f"machine or its data wherever it runs, so it is refused under every "
-                f"script policy",
-                path=wiping[0].path,
-            )
+            raise _refusal(
+                "invalid-proposal", "destructive-command", wiping,
+                "; such a command destroys the machine or its data wherever it runs, so it "
+                "is refused under every script policy")
         if critical:
-            raise RefusalError(
-                "invalid-proposal",
-                "script-exfiltration",
-                f"the proposal contains {_listing(critical)}; artifact scripts may not send "
-                f"credentials over the network",
-                path=critical[0].path,
-            )
+            raise _refusal(
+                "invalid-proposal", "script-exfiltration", critical,
+                "; artifact scripts may not send credentials over the network")
         sizes = [f for f in findings if f.kind == "size"]
         if sizes:
-            raise RefusalError(
-                "oversized",
-                "file-too-large",
-                f"the proposal writes {_listing(sizes)}; make a smaller change or split the "
-                f"content over several files",
-                path=sizes[0].path,
-            )
+            raise _refusal(
+                "oversized", "file-too-large", sizes,
+                "; make a smaller change or split the content over several files",
+                verb="writes")
         scripts = [f for f in findings if f.kind in ("script", "destructive")]
         if scripts and self.script_policy == "reject":
-            raise RefusalError(
-                "invalid-proposal",
-                "script-policy",
-                f"the proposal contains {_listing(scripts)}, refused under scripts=reject "
-                f"(ini evolve_guardrails, or its alias evolve_script_policy); achieve the "
-                f"goal without eval/exec, processes, network access or commands outside the "
-                f"artifact, or set scripts=warn",
-                path=scripts[0].path,
-            )
+            raise _refusal(
+                "invalid-proposal", "script-policy", scripts,
+                ", refused under scripts=reject (ini evolve_guardrails, or its alias "
+                "evolve_script_policy); achieve the goal without eval/exec, processes, "
+                "network access or commands outside the artifact, or set scripts=warn")
         return findings
 
     def _count(self, critical: list[Finding]) -> None:
         with self._lock:
             self._violations += 1
             self._last = _listing(critical)
+
+
+def _refusal(category: str, code: str, found: list[Finding], advice: str, *,
+             verb: str = "contains") -> RefusalError:
+    """The one shape of a guardrail refusal: what was found, where, and what to do."""
+    return RefusalError(category, code, f"the proposal {verb} {_listing(found)}{advice}",
+                        path=found[0].path)
 
 
 def _listing(findings: list[Finding]) -> str:
