@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from conftest import user_git
+from test_session_runs import LEARN_RULE
 
 from agentdescent_core.errors import RefusalError
 from agentdescent_core.proposers.guardrails import (
@@ -737,14 +738,7 @@ def pytest_evolve_propose(context):
     if len(CALLS) == 1:
         with open(os.environ["AD_FIRST"], encoding="utf-8") as handle:
             return json.load(handle)
-    path = next(p for p in context.files if p.endswith("rules.md"))
-    text = context.files[path]
-    for failure in context.failures:
-        found = re.search(r"missing rule: (\\w+)", failure.message)
-        if found and f"- {found.group(1)}" not in text:
-            return {path: text + f"- {found.group(1)}: answer it\\n"}
-    return None
-'''
+LEARN_RULE_HERE'''.replace("LEARN_RULE_HERE", LEARN_RULE)
 
 _RULES = "skills/support/rules.md"
 _START = "# Support rules\n\n- greeting: say hi\n"

@@ -13,16 +13,15 @@ name read from disk is shown.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import user_git, write
 from sandbox_support import ALL_BACKENDS, require_backend
+from test_session_runs import evolve, explain, report_of
 
 from agentdescent_core.artifacts.filetree import FileTree
 from agentdescent_core.artifacts.paths import (
@@ -33,7 +32,6 @@ from agentdescent_core.artifacts.paths import (
 )
 from agentdescent_core.errors import RefusalError
 from agentdescent_core.sandbox.workspace import FrozenCheck, Violation
-from pytest_agentdescent.reward import CHILD_ENV
 
 ACT = "skills/support/act.py"
 
@@ -97,25 +95,8 @@ def make_repo(path: Path, proposer: str, ini: str = "") -> None:
 
 
 def run_evolve(repo: Path, sandbox: str, *args: str) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if k != CHILD_ENV}
-    environ["PYTHONDONTWRITEBYTECODE"] = "1"
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:benchmark",
-         "--evolve", "skills", "--evolve-sandbox", sandbox, "--evolve-workers", "1",
-         "--evolve-repeats", "1", *args],
-        cwd=repo, env=environ, capture_output=True, text=True, timeout=900, check=False,
-    )
-
-
-def explain(result: subprocess.CompletedProcess[str]) -> str:
-    return f"exit {result.returncode}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
-
-
-def report_of(repo: Path) -> dict[str, Any]:
-    raw = (repo / ".agentdescent/report.json").read_bytes()
-    data = json.loads(raw.decode("utf-8"))  # strict: the report is valid UTF-8
-    assert isinstance(data, dict)
-    return data
+    return evolve(repo, "--evolve-sandbox", sandbox, "--evolve-workers", "1",
+                  "--evolve-repeats", "1", *args, timeout=900)
 
 
 def messages(report: dict[str, Any]) -> list[str]:

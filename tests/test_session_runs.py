@@ -55,6 +55,18 @@ def test_unmarked():
     pass
 '''.replace("WORDS_HERE", repr(WORDS))
 
+#: The body of a ``pytest_evolve_propose`` that learns "missing rule: WORD" from the
+#: failures: one rule per call, None once the rules file has every rule asked for.
+LEARN_RULE = '''\
+    path = next(p for p in context.files if p.endswith("rules.md"))
+    text = context.files[path]
+    for failure in context.failures:
+        found = re.search(r"missing rule: (\\w+)", failure.message)
+        if found and f"- {found.group(1)}" not in text:
+            return {path: text + f"- {found.group(1)}: answer it\\n"}
+    return None
+'''
+
 #: Learns "missing rule: WORD" from the failures; logs every context it saw,
 #: every round and the report (one JSON line each) to the file named by AD_PROPOSER_LOG.
 PROPOSER = '''\
@@ -78,14 +90,7 @@ def pytest_evolve_propose(context):
         "files": sorted(context.files), "roots": list(context.roots),
         "round": context.round, "worker": context.worker,
     })
-    path = next(p for p in context.files if p.endswith("rules.md"))
-    text = context.files[path]
-    for failure in context.failures:
-        found = re.search(r"missing rule: (\\w+)", failure.message)
-        if found and f"- {found.group(1)}" not in text:
-            return {path: text + f"- {found.group(1)}: answer it\\n"}
-    return None
-
+LEARN_RULE_HERE
 
 def pytest_evolve_round(info):
     _log({"hook": "round", "round": info.round, "accepted": info.accepted,
@@ -94,7 +99,7 @@ def pytest_evolve_round(info):
 
 def pytest_evolve_report(report):
     _log({"hook": "report", "reward_after": report["reward_after"]})
-'''
+'''.replace("LEARN_RULE_HERE", LEARN_RULE)
 
 HOSTILE = '''\
 EDITS = [
@@ -145,8 +150,9 @@ def add_work_in_progress(path: Path) -> None:
     write(path / "debug.log", "ignored\n")
 
 
-def evolve(cwd: Path, *args: str, env: dict[str, str] | None = None
+def evolve(cwd: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 600
            ) -> subprocess.CompletedProcess[str]:
+    """``pytest --evolve skills`` in ``cwd`` as a user runs it; later ``args`` win."""
     environ = {k: v for k, v in os.environ.items() if k != CHILD_ENV}
     environ["PYTHONDONTWRITEBYTECODE"] = "1"
     environ.update(env or {})
@@ -154,7 +160,7 @@ def evolve(cwd: Path, *args: str, env: dict[str, str] | None = None
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:benchmark",
          "--evolve", "skills",
          "--evolve-sandbox", "local", "--evolve-workers", "2", "--evolve-rounds", "6", *args],
-        cwd=cwd, env=environ, capture_output=True, text=True, timeout=600, check=False,
+        cwd=cwd, env=environ, capture_output=True, text=True, timeout=timeout, check=False,
     )
 
 
@@ -163,7 +169,8 @@ def explain(result: subprocess.CompletedProcess[str]) -> str:
 
 
 def report_of(repo: Path) -> dict[str, Any]:
-    data = json.loads((repo / ".agentdescent/report.json").read_text(encoding="utf-8"))
+    raw = (repo / ".agentdescent/report.json").read_bytes()
+    data = json.loads(raw.decode("utf-8"))  # strict: the report is valid UTF-8
     assert isinstance(data, dict)
     return data
 
