@@ -72,7 +72,7 @@ from agentdescent_core.sandbox.guard import RepoGuard, TamperError
 from agentdescent_core.sandbox.local import LocalBackend, check_network
 from agentdescent_core.sandbox.snapshot import Sig, is_cache, signature
 from agentdescent_core.sandbox.spec import Backend, Limits, Network
-from agentdescent_core.sandbox.workspace import FrozenCheck, Workspace, dirty_paths
+from agentdescent_core.sandbox.workspace import FrozenCheck, Workspace, uncommitted_changes
 from agentdescent_core.stats.samples import TaskSamples
 from agentdescent_core.tasks import Task
 
@@ -222,8 +222,8 @@ class SandboxedVerifier:
         artifact; an untracked file counts where plain pytest would pick it up
         (Python files, pytest config) or inside the artifact roots.
         """
-        listed = [path for path in dirty_paths(self.repo)
-                  if self._matters_uncommitted(path)]
+        listed = [path for path, tracked in sorted(uncommitted_changes(self.repo).items())
+                  if self._matters_uncommitted(path, tracked)]
         if not listed:
             return
         artifact = [p for p in listed if self._tree.contains(p) and not self._frozen.is_frozen(p)]
@@ -239,22 +239,13 @@ class SandboxedVerifier:
             "commit (or stash) them to include them"
         ), stacklevel=3)
 
-    def _matters_uncommitted(self, path: str) -> bool:
+    def _matters_uncommitted(self, path: str, tracked: bool) -> bool:
         if path == ".agentdescent" or path.startswith(".agentdescent/"):
             return False
-        if self._in_commit(path) or self._tree.contains(path):
+        if tracked or self._tree.contains(path):
             return True
         name = path.rsplit("/", 1)[-1]
         return name.endswith(".py") or name in _PYTEST_CONFIGS
-
-    def _in_commit(self, path: str) -> bool:
-        import git
-
-        try:
-            git.Repo(self.repo).commit(self.commit).tree.join(path)
-        except (KeyError, ValueError, git.GitError):
-            return False
-        return True
 
     # ---------------------------------------------------------------- protocol
 

@@ -91,6 +91,7 @@ __all__ = [
     "Workspace",
     "WorkspaceError",
     "dirty_paths",
+    "uncommitted_changes",
 ]
 
 VIOLATION_KINDS: tuple[str, ...] = ("modified", "added", "removed", "type-changed")
@@ -762,15 +763,24 @@ def _open_repo(path: str) -> tuple[str, str, str | None]:
 def dirty_paths(repo: str | os.PathLike[str], paths: Sequence[str] = ()) -> list[str]:
     """Uncommitted changes under ``paths`` (everything when empty), sorted.
 
-    Modified, staged, deleted and untracked-but-not-ignored files, as
-    repo-relative posix paths.  Read-only: git runs with optional locks off, so
+    See :func:`uncommitted_changes`, which also says which paths git tracks.
+    """
+    return sorted(uncommitted_changes(repo, paths))
+
+
+def uncommitted_changes(repo: str | os.PathLike[str], paths: Sequence[str] = ()
+                        ) -> dict[str, bool]:
+    """Uncommitted changes under ``paths`` (everything when empty): path -> tracked.
+
+    Modified, staged, deleted (tracked: True) and untracked-but-not-ignored
+    (False) files, as repo-relative posix paths.  Read-only: git runs with optional locks off, so
     not even the index's stat cache is refreshed.  The caller warns once — a
     workspace copies the commit, so these changes are not what gets evaluated.
     """
     repo_path = os.path.abspath(os.fspath(repo))
     git_dir, common_dir, work_tree = _open_repo(repo_path)
     if work_tree is None:
-        return []
+        return {}
     # The user's own index, read only (GIT_OPTIONAL_LOCKS=0 keeps git from
     # writing back its refreshed stat cache).
     env = isolated_env(
@@ -790,5 +800,5 @@ def dirty_paths(repo: str | os.PathLike[str], paths: Sequence[str] = ()) -> list
             f"{str(exc.stderr or exc).strip()}"
         ) from None
     text = out if isinstance(out, str) else str(out)
-    found = {record[3:] for record in text.split("\0") if len(record) > 3}
-    return sorted(p.rstrip("/") for p in found)
+    return {record[3:].rstrip("/"): not record.startswith("??")
+            for record in text.split("\0") if len(record) > 3}
