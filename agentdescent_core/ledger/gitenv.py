@@ -18,11 +18,13 @@ therefore gets:
   partial clone would fetch a missing object through a remote its config defines);
 - for commands that read only objects (the workspace's ``read-tree`` and
   ``checkout-index``), :func:`objects_only_env`: a private git directory, so the
-  user's ``.git/config``, ``info/attributes`` and hooks are not even read; for the
-  rest (``git status`` on the user's tree, the ledger), :func:`with_neutral_filters`
-  empties every filter driver the configuration defines.  Under ``local`` a
-  candidate can write ``.git/config``, and a smudge filter must never run in the
-  controller;
+  user's ``.git/config``, ``info/attributes`` and hooks are not even read; for
+  ``git status`` on the user's tree (which cleans stat-dirty files),
+  :func:`with_neutral_filters` empties every filter driver the configuration
+  defines.  Under ``local`` a candidate can write ``.git/config``, and a filter
+  must never run in the controller.  The ledger's plumbing needs neither: it
+  runs no command that converts a file (``hash-object --no-filters``, object
+  reads, ref updates);
 - ``GIT_TERMINAL_PROMPT=0`` so nothing ever waits for a password;
 - a fixed author/committer identity (``agentdescent
   <agentdescent@users.noreply.github.com>`` unless the caller passes another);

@@ -18,6 +18,16 @@ index (``.git/index``), ``HEAD`` or a ref the caller did not name:
   every update with its expected old value, so a set of refs moves atomically
   and only if nobody moved them first (compare-and-swap, done by git itself).
 
+No command here runs a filter driver, a hook or a transport, even one a
+candidate planted in ``.git/config`` under ``local``: blobs are hashed with
+``--no-filters``, objects are read by GitPython's ``cat-file --batch`` (no
+conversion), ``rev-parse``/``symbolic-ref``/``merge-base`` touch no file
+content, the ``reference-transaction`` hook of ``update-ref`` is off
+(``core.hooksPath`` = ``os.devnull``) and ``protocol.allow=never`` forbids
+fetching (:mod:`.gitenv`).  So the filter overrides of
+:func:`.gitenv.with_neutral_filters` are not needed here (the workspace's
+``git status`` does need them).
+
 GitPython's object database keeps long-running ``git cat-file`` processes that
 must not be shared between threads, so each thread gets its own ``Repo``.
 """
@@ -44,7 +54,6 @@ from agentdescent_core.ledger.gitenv import (
     DEFAULT_IDENTITY,
     isolated_env,
     validate_identity,
-    with_neutral_filters,
 )
 from agentdescent_core.ledger.objects import apply_ops_to_tree, write_commit
 
@@ -92,13 +101,15 @@ class GitRepo:
         self._tmp = tempfile.mkdtemp(prefix="agentdescent-ledger-")
         # Removed even if close() is never called (at garbage collection or exit).
         self._cleanup = weakref.finalize(self, shutil.rmtree, self._tmp, True)
-        self.env = with_neutral_filters(isolated_env(
+        # No filter-driver overrides (gitenv.with_neutral_filters): no command run
+        # here converts a file (see the module docstring), so none would apply.
+        self.env = isolated_env(
             git_dir=self.git_dir,
             common_dir=self.common_dir,
             work_tree=self.work_tree,
             private_index=os.path.join(self._tmp, "no-index"),
             identity=self.identity,
-        ), self.path)
+        )
         self._local = threading.local()
         self._opened: list[git.Repo] = []
         self._lock = threading.Lock()
