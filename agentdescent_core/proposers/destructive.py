@@ -63,8 +63,11 @@ _MKFS = re.compile(r"(?<![\w./-])(?:mkfs(?:\.\w+)?|mke2fs|mkswap|wipefs)\s+[^\n]
 _FORK_BOMB = re.compile(
     r"(?P<name>[A-Za-z_:][\w:]*)\s*\(\s*\)\s*\{\s*(?P=name)\s*\|\s*(?P=name)\s*&\s*\}\s*;?\s*(?P=name)"
 )
+# Up to four whole lines between the loop and the fork.  Each repetition must end
+# at a newline: an optional one (``\n?``) lets the engine split one long line in
+# every possible way, and a 60-character line then costs most of a second.
 _PY_FORK_BOMB = re.compile(
-    r"while\s+(?:True|1)\s*:(?:[^\n]*\n?){0,4}?[^\n]*\bos\.fork\s*\(\s*\)"
+    r"while\s+(?:True|1)\s*:(?:[^\n]*\n){0,4}?[^\n]*\bos\.fork\s*\(\s*\)"
 )
 _PERMS = re.compile(rf"(?<![\w./-])(?P<cmd>chmod|chown|chgrp)\s+(?P<args>{_COMMAND_END})")
 _PIPE_TO_SHELL = re.compile(
