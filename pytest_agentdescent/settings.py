@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from agentdescent_core.proposers.guardrail_spec import SCRIPT_POLICIES, parse_guardrails
 from agentdescent_core.sandbox.env import DEFAULT_ENV_ALLOWLIST, is_never_passed
 from agentdescent_core.sandbox.spec import BACKEND_NAMES, NETWORK_MODES
 
@@ -51,8 +52,6 @@ DEFAULT_REPEATS = 2
 MODEL_PROVIDERS: tuple[str, ...] = ("anthropic", "openai")
 
 LLM_CACHE_MODES: tuple[str, ...] = ("off", "record", "replay")
-
-SCRIPT_POLICIES: tuple[str, ...] = ("warn", "reject")
 
 _DEFAULT_PREFIX = "agentdescent/"
 
@@ -114,8 +113,8 @@ class EvolveSettings:
     def scripts(self) -> str:
         """The script policy in force: ``reject`` when ``evolve_guardrails`` or its alias
         ``evolve_script_policy`` says so (the stricter of the two wins), else ``warn``."""
-        chosen = [w.partition("=")[2] for w in self.guardrails.split() if w.startswith("scripts=")]
-        return "reject" if "reject" in (*chosen, self.script_policy) else "warn"
+        strict = "scripts=reject" in self.guardrails.split() or self.script_policy == "reject"
+        return "reject" if strict else "warn"
 
 
 SETTINGS_KEY = pytest.StashKey[EvolveSettings]()
@@ -254,8 +253,6 @@ def _task_expression(raw: object) -> str | None:
 
 def _guardrails(raw: object) -> str:
     """The canonical words (``secrets [pii] [scripts=POLICY]``) of a valid value."""
-    from agentdescent_core.proposers.guardrails import parse_guardrails  # regexes: load late
-
     spec = parse_guardrails(str(raw))
     words = ["secrets", *(["pii"] if spec.pii else []),
              *([f"scripts={spec.scripts}"] if spec.scripts else [])]
