@@ -148,7 +148,7 @@ def evolve(
         staleness_policy=staleness_policy, n_workers=n_workers, repo_path=repo_path,
         held_out_frac=held_out_frac, shuffle=shuffle, seed=seed, budget=budget,
         eval_concurrency=eval_concurrency, artifact_id=artifact_id,
-        guardrails=guardrails if guardrails is not None else Guardrails(),
+        guardrails=guardrails,
     )
     try:
         driver = _SyncDriver(

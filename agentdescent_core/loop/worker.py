@@ -223,8 +223,7 @@ class UnitResult:
 class WorkerContext:
     """Everything the workers of one run share (thread-safe where it has to be).
 
-    ``guardrails`` checks every Diff before it becomes evidence; None (only
-    for a caller that checks proposals itself) skips that.
+    ``guardrails`` checks every Diff before it becomes evidence.
     """
 
     def __init__(
@@ -236,10 +235,10 @@ class WorkerContext:
         budget: Budget,
         sampler: TaskSampler,
         artifact_id: str,
+        guardrails: Guardrails,
         seed: int = 0,
         retries: int = 3,
         backoff: float = 0.01,
-        guardrails: Guardrails | None = None,
     ) -> None:
         self.actor = actor
         self.guardrails = guardrails
@@ -337,8 +336,6 @@ def _guard(ctx: WorkerContext, diff: Diff, state: Mapping[str, str]) -> RefusalE
     ``state`` is what the proposal was made against: what it already held is
     not the proposal's doing.  GuardrailsTripped propagates (the run ends).
     """
-    if ctx.guardrails is None:
-        return None
     try:
         findings = ctx.guardrails.check(diff.ops, base=state)
     except RefusalError as refusal:
