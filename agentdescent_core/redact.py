@@ -19,9 +19,6 @@ is not recognisable by value; nothing here claims it is.
 
 Values shorter than :data:`MIN_SECRET_CHARS` characters are not scrubbed:
 ``DEBUG_KEY=1`` would otherwise mask every "1" in every report.
-
-A controller that takes secrets out of its own environment (so ``/proc``
-shows none) calls :func:`remember` first, so they are still scrubbed.
 """
 
 from __future__ import annotations
@@ -30,13 +27,10 @@ import base64
 import fnmatch
 import os
 import re
-import threading
 import urllib.parse
-from collections.abc import Iterable, Mapping
-from dataclasses import replace
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from agentdescent_core.evaluation.records import TestRecord
 from agentdescent_core.sandbox.env import is_never_passed
 
 __all__ = [
@@ -46,7 +40,6 @@ __all__ = [
     "is_secret_name",
     "redact",
     "redact_data",
-    "remember",
 ]
 
 #: Names that look like credentials (fnmatch, matched upper-cased).
@@ -54,21 +47,12 @@ SECRET_NAME_PATTERNS: tuple[str, ...] = ("*_KEY", "*_TOKEN", "*SECRET*", "*PASSW
 #: Shorter values are never scrubbed (too many false hits).
 MIN_SECRET_CHARS = 8
 
-_remembered: dict[str, str] = {}
-_remembered_lock = threading.Lock()
-
 
 def is_secret_name(name: str) -> bool:
     """Is the variable ``name`` a secret whose value must never be stored?"""
     upper = name.upper()
     return is_never_passed(name) or any(fnmatch.fnmatchcase(upper, p)
                                         for p in SECRET_NAME_PATTERNS)
-
-
-def remember(name: str, value: str) -> None:
-    """Scrub ``value`` as ``name`` from now on, even once it is gone from ``os.environ``."""
-    with _remembered_lock:
-        _remembered[name] = value
 
 
 def _forms(value: str) -> set[str]:
@@ -96,20 +80,14 @@ class Redactor:
             for form in _forms(value):
                 masks.setdefault(form, f"[REDACTED:{name}]")
         self._masks = masks
-        self.names = tuple(sorted({m[10:-1] for m in masks.values()}))
         alternatives = sorted(masks, key=len, reverse=True)  # the longest form wins
         self._pattern = re.compile("|".join(map(re.escape, alternatives))) if masks else None
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None,
-                 extra: Iterable[tuple[str, str]] = ()) -> Redactor:
-        """The secrets of ``env`` (default ``os.environ``), the remembered ones, and ``extra``."""
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Redactor:
+        """The secrets of ``env`` (default ``os.environ``)."""
         source = os.environ if env is None else env
-        found = {name: value for name, value in source.items() if is_secret_name(name)}
-        with _remembered_lock:
-            found.update(_remembered)
-        found.update(dict(extra))
-        return cls(found)
+        return cls({name: value for name, value in source.items() if is_secret_name(name)})
 
     def __bool__(self) -> bool:
         return self._pattern is not None
@@ -119,18 +97,9 @@ class Redactor:
             return text
         return self._pattern.sub(lambda match: self._masks[match.group(0)], text)
 
-    def record(self, record: TestRecord) -> TestRecord:
-        """``record`` with its message and captured output scrubbed."""
-        if self._pattern is None:
-            return record
-        message, output = self(record.message), self(record.output)
-        if message == record.message and output == record.output:
-            return record
-        return replace(record, message=message, output=output)
-
 
 def redact(text: str) -> str:
-    """``text`` with the secrets of this process's environment (and remembered ones) masked.
+    """``text`` with the secrets of this process's environment masked.
 
     For what leaves the controller once (a report, a commit message, a PR
     body); a verifier keeps one :class:`Redactor` for its many records.

@@ -33,8 +33,6 @@ may be shared by every thread of a run; several processes may share the file
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import os
 import secrets
@@ -44,7 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentdescent_core.errors import AgentDescentError
-from agentdescent_core.evaluation.records import TestRecord
+from agentdescent_core.evaluation.records import TestRecord, mac_matches
+from agentdescent_core.evaluation.records import mac as sign
 from agentdescent_core.sqlite_file import SqliteFile
 
 __all__ = ["VERDICT_KINDS", "EvalCache", "EvalCacheError", "Verdict", "key_file", "run_key"]
@@ -80,6 +79,12 @@ CREATE TABLE IF NOT EXISTS verdicts (
 
 class EvalCacheError(AgentDescentError):
     """The cache file cannot be used (not a database, wrong schema, unwritable)."""
+
+
+def _body(fields: tuple[object, ...]) -> bytes:
+    """What a row's MAC covers: its key columns and payload, as one JSON text."""
+    return json.dumps([str(f) for f in fields], ensure_ascii=False).encode(
+        "utf-8", "surrogatepass")
 
 
 def run_key() -> bytes:
@@ -156,12 +161,10 @@ class EvalCache(SqliteFile):
         return self._rejected
 
     def _mac(self, *fields: object) -> str:
-        body = json.dumps([str(f) for f in fields], ensure_ascii=False)
-        return hmac.new(self._key, body.encode("utf-8", "surrogatepass"),
-                        hashlib.sha256).hexdigest()
+        return sign(self._key, _body(fields))
 
-    def _verified(self, mac: object, *fields: object) -> bool:
-        if isinstance(mac, str) and hmac.compare_digest(mac, self._mac(*fields)):
+    def _verified(self, given: object, *fields: object) -> bool:
+        if mac_matches(self._key, _body(fields), given):
             return True
         with self._lock:
             self._rejected += 1

@@ -30,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import hmac
 import importlib.util
 import json
 import os
@@ -39,7 +38,7 @@ import signal
 import site
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +49,7 @@ from agentdescent_core.evaluation.records import (
     PLAN_ENV,
     RECORD_ENV,
     TestRecord,
+    mac_matches,
 )
 from agentdescent_core.sandbox.env import DEFAULT_ENV_ALLOWLIST, child_environment
 from agentdescent_core.sandbox.interpreter import interpreter_paths, package_root
@@ -209,8 +209,13 @@ def run_tests(
     scratch: Path,
     state_dir: Path,
     writable: Sequence[Path] = (),
+    redact: Callable[[str], str] = str,
 ) -> ChildOutcome:
     """Run the planned tests in ``workspace_root``; see the module docstring.
+
+    Every text that comes back (records, errors, tamper lines) passes through
+    ``redact`` (a :class:`~agentdescent_core.redact.Redactor`: secrets masked)
+    after the workspace's location is cut to repository-relative paths.
 
     ``scratch`` is a fresh per-run directory (HOME, TMPDIR, the journal and the
     plan file of each child live in it); ``state_dir`` is the worker's
@@ -231,6 +236,10 @@ def run_tests(
     tamper: list[str] = []
     space = os.path.commonpath([str(workspace_root.absolute()),
                                 *(str(p.absolute()) for p in writable)])
+
+    def clean(text: str) -> str:
+        return redact(_unplaced(text, space))
+
     (state_dir / "pytest-cache").mkdir(parents=True, exist_ok=True)
     while pending:
         left = deadline - time.monotonic()
@@ -281,20 +290,17 @@ def run_tests(
         result = config.backend.run(spec)
         lines = _read_journal(journal, key.encode())
         tamper.extend(t for t in _tamper_of(lines) if t not in tamper)
-        collect_errors = [_unplaced(str(d["collect_error"]), space)
-                          for d in lines if "collect_error" in d]
+        collect_errors = [str(d["collect_error"]) for d in lines if "collect_error" in d]
         if collect_errors:
-            return ChildOutcome((), "\n\n".join(collect_errors), runs, tamper=tuple(tamper))
-        new = {key: _unplaced_record(rec, space)
-               for key, rec in _parse_records(lines, wanted).items()}
+            return _outcome({}, "\n\n".join(collect_errors), runs, set(), tamper, clean)
+        new = _parse_records(lines, wanted)
         started = _unfinished(lines, new)
         records.update(new)
         missing = wanted - records.keys()
         if not missing:
             break
         if not lines and not new:
-            return ChildOutcome(tuple(records.values()), _start_failure(result), runs,
-                                tamper=tuple(tamper))
+            return _outcome(records, _start_failure(result), runs, set(), tamper, clean)
         if result.killed == "timeout":
             if started is not None and started in missing:
                 records[started] = _made_up(
@@ -321,8 +327,7 @@ def run_tests(
         # (writable under local); the next child must import the real source.
         _drop_bytecode(workspace_root)
         pending = spans(missing)
-    ordered = tuple(records[done] for done in sorted(records))
-    return ChildOutcome(ordered, None, runs, frozenset(not_run & set(records)), tuple(tamper))
+    return _outcome(records, None, runs, not_run, tamper, clean)
 
 
 # ---------------------------------------------------------------- helpers
@@ -374,8 +379,7 @@ def _read_journal(path: Path, key: bytes) -> list[dict[str, Any]]:
             continue
         mac = data.pop("mac", None)
         body = json.dumps(data, sort_keys=True).encode()
-        expected = hmac.new(key, body, hashlib.sha256).hexdigest()
-        if isinstance(mac, str) and hmac.compare_digest(mac, expected):
+        if mac_matches(key, body, mac):
             lines.append(data)
     return lines
 
@@ -392,8 +396,18 @@ def _unplaced(text: str, space: str) -> str:
     return text.replace(space + os.sep, "").replace(space, ".") if space in text else text
 
 
-def _unplaced_record(record: TestRecord, space: str) -> TestRecord:
-    message, output = _unplaced(record.message, space), _unplaced(record.output, space)
+def _outcome(records: Mapping[tuple[str, int], TestRecord], error: str | None, runs: int,
+             not_run: set[tuple[str, int]], tamper: Sequence[str],
+             clean: Callable[[str], str]) -> ChildOutcome:
+    """The outcome of :func:`run_tests`, every text in it cleaned once, records in order."""
+    ordered = tuple(_cleaned(records[key], clean) for key in sorted(records))
+    return ChildOutcome(ordered, None if error is None else clean(error), runs,
+                        frozenset(not_run & set(records)),
+                        tuple(dict.fromkeys(clean(t) for t in tamper)))
+
+
+def _cleaned(record: TestRecord, clean: Callable[[str], str]) -> TestRecord:
+    message, output = clean(record.message), clean(record.output)
     if message == record.message and output == record.output:
         return record
     return dataclasses.replace(record, message=message, output=output)
@@ -408,9 +422,7 @@ def _tamper_of(lines: Sequence[Mapping[str, Any]]) -> list[str]:
         file = str(data.get("file") or "the candidate's code")
         nodeid = str(data.get("nodeid") or "")
         when = f" while {nodeid} ran" if nodeid else ""
-        text = f"{file}: {data['tamper']}{when}"
-        if text not in found:
-            found.append(text)
+        found.append(f"{file}: {data['tamper']}{when}")
     return found
 
 

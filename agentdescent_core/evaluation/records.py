@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -15,6 +17,8 @@ __all__ = [
     "RECORD_ENV",
     "REWARDING_OUTCOMES",
     "TestRecord",
+    "mac",
+    "mac_matches",
 ]
 
 # The environment the parent gives the child pytest (agentdescent_core.evaluation.child)
@@ -28,6 +32,16 @@ CHILD_ENV = "AGENTDESCENT_CHILD"
 """Set to "1" in every child pytest; the ``--evolve`` controller never starts there."""
 DEFAULT_OUTPUT_CHARS = 4000
 """Characters of a test's message and captured output a record keeps by default."""
+
+def mac(key: bytes, body: bytes) -> str:
+    """HMAC-SHA256 of ``body`` under ``key``, hex: how the journal and the cache sign."""
+    return hmac.new(key, body, hashlib.sha256).hexdigest()
+
+
+def mac_matches(key: bytes, body: bytes, given: object) -> bool:
+    """Does ``given`` (read back from a file a candidate could write) sign ``body``?"""
+    return isinstance(given, str) and hmac.compare_digest(given, mac(key, body))
+
 
 #: Every outcome the recorder can report for one test (phases combined).
 OUTCOMES: tuple[str, ...] = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")

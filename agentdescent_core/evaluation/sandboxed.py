@@ -48,10 +48,11 @@ import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentdescent_core.artifacts.filetree import FileTree, state_hash
+from agentdescent_core.artifacts.paths import shown_path
 from agentdescent_core.errors import BackendError, RefusalError
 from agentdescent_core.evaluation.cache import EvalCache, Verdict
 from agentdescent_core.evaluation.callable import Rollout
@@ -227,7 +228,7 @@ class SandboxedVerifier:
         if not listed:
             return
         artifact = [p for p in listed if self._tree.contains(p) and not self._frozen.is_frozen(p)]
-        frozen = [p for p in listed if p not in set(artifact)]
+        frozen = [p for p in listed if p not in artifact]
         parts = []
         if frozen:
             parts.append(f"frozen files {_few(frozen)}")
@@ -439,7 +440,7 @@ class SandboxedVerifier:
         outside: list[str] = []
         reached_in: list[str] = []  # code under the roots that reached into the test process
         for result in results:
-            outcome = self._scrubbed(result.outcome)
+            outcome = result.outcome
             reached_in.extend(outcome.tamper)
             if outcome.error is not None:
                 errors.append(outcome.error)
@@ -457,24 +458,20 @@ class SandboxedVerifier:
                 self._records[(artifact, key[0], key[1])] = record
         verdict = _verdict_of(violations, outside, errors, tamper=reached_in)
         if verdict is not None:
-            verdict = Verdict(verdict.kind, self._redact(verdict.message), verdict.code)
-            with self._lock:
-                self._verdicts[artifact] = verdict
-            if self.cache is not None:
-                self.cache.put_verdict(artifact, context, verdict)
-            return verdict
+            return self._record_verdict(artifact, context, verdict)
         if self.cache is not None and measured:
             self.cache.put_many(artifact, context, measured)
         have.update(produced)
         return None
 
-    def _scrubbed(self, outcome: ChildOutcome) -> ChildOutcome:
-        """``outcome`` with every secret value masked in its records and error."""
-        if not self._redact:
-            return outcome
-        error = None if outcome.error is None else self._redact(outcome.error)
-        return replace(outcome, records=tuple(self._redact.record(r) for r in outcome.records),
-                       error=error, tamper=tuple(self._redact(t) for t in outcome.tamper))
+    def _record_verdict(self, artifact: str, context: str, verdict: Verdict) -> Verdict:
+        """Keep ``verdict`` (secrets masked: it may quote what a candidate wrote) and cache it."""
+        verdict = Verdict(verdict.kind, self._redact(verdict.message), verdict.code)
+        with self._lock:
+            self._verdicts[artifact] = verdict
+        if self.cache is not None:
+            self.cache.put_verdict(artifact, context, verdict)
+        return verdict
 
     def _run_chunk(self, state: Mapping[str, str], plan: Mapping[str, tuple[int, int]]
                    ) -> _ChunkResult:
@@ -489,7 +486,8 @@ class SandboxedVerifier:
                 try:
                     outcome = run_tests(workspace.root / self.subdir, plan, self._config,
                                         scratch=scratch, state_dir=workspace.state_dir,
-                                        writable=workspace.writable_paths())
+                                        writable=workspace.writable_paths(),
+                                        redact=self._redact)
                 except BackendError:
                     if attempt + 1 >= _RUN_ATTEMPTS:
                         workspace.check()
@@ -510,21 +508,18 @@ class SandboxedVerifier:
 
     def _stop_on_tamper(self, artifact: str, context: str, changes: Sequence[str]) -> None:
         """Disqualify the candidate as ``tamper`` and stop every further evaluation."""
-        shown = "; ".join(changes[:_SHOWN])
-        more = f"; and {len(changes) - _SHOWN} more" if len(changes) > _SHOWN else ""
         message = (
             f"a candidate's run changed the user's repository or the state directory "
-            f"under the local backend: {shown}{more}. Everything listed was restored; the "
-            "candidate is disqualified (tamper) and the run stops, because what else it "
-            "changed cannot be known. Under --evolve-sandbox local nothing stops a "
-            "candidate's script from writing there: use bwrap or docker"
+            f"under the local backend: {_few(changes, sep='; ', tail='; and')}. Everything "
+            "listed was restored; the candidate is disqualified (tamper) and the run stops, "
+            "because what else it changed cannot be known. Under --evolve-sandbox local "
+            "nothing stops a candidate's script from writing there: use bwrap or docker"
         )
-        verdict = Verdict("tamper", message, "repository-tamper")
+        verdict = self._record_verdict(artifact, context,
+                                       Verdict("tamper", message, "repository-tamper"))
         with self._lock:
-            self._verdicts[artifact] = verdict
-            self._tampered = TamperError(message, list(changes))
-        if self.cache is not None:
-            self.cache.put_verdict(artifact, context, verdict)
+            self._tampered = TamperError(verdict.message,
+                                         [self._redact(change) for change in changes])
         raise self._tampered
 
     def _acquire(self) -> Workspace:
@@ -560,9 +555,10 @@ _PYTEST_CONFIGS = frozenset({"pytest.ini", ".pytest.ini", "pytest.toml", ".pytes
                               "pyproject.toml", "tox.ini", "setup.cfg", "conftest.py"})
 
 
-def _few(paths: Sequence[str]) -> str:
-    more = f" and {len(paths) - _SHOWN} more" if len(paths) > _SHOWN else ""
-    return ", ".join(paths[:_SHOWN]) + more
+def _few(items: Sequence[str], *, sep: str = ", ", tail: str = " and") -> str:
+    """The first few of ``items`` and how many more: messages name, they do not list."""
+    more = f"{tail} {len(items) - _SHOWN} more" if len(items) > _SHOWN else ""
+    return sep.join(items[:_SHOWN]) + more
 
 
 def _check_subdir(subdir: str) -> str:
@@ -604,11 +600,10 @@ def _empty_dir(path: Path) -> bool:
 def _verdict_of(violations: Sequence[RefusalError], outside: Sequence[str],
                 errors: Sequence[str], *, tamper: Sequence[str] = ()) -> Verdict | None:
     if tamper:
-        shown = "; ".join(tamper[:_SHOWN])
-        more = f" and {len(tamper) - _SHOWN} more" if len(tamper) > _SHOWN else ""
         return Verdict(
             "tamper",
-            f"the candidate's code reached into the test process that judges it: {shown}{more}; "
+            f"the candidate's code reached into the test process that judges it: "
+            f"{_few(tamper, sep='; ')}; "
             "code under the artifact roots may not patch the recorder or pytest, read frames, "
             "or use ctypes (run skill scripts as subprocesses)",
             "tamper-process",
@@ -617,13 +612,10 @@ def _verdict_of(violations: Sequence[RefusalError], outside: Sequence[str],
         first = violations[0]
         return Verdict("frozen-violation", first.message, first.code)
     if outside:
-        from agentdescent_core.artifacts.paths import shown_path  # names a script created
-
-        shown = ", ".join(shown_path(p) for p in sorted(outside)[:_SHOWN])
-        more = f" and {len(outside) - _SHOWN} more" if len(outside) > _SHOWN else ""
         return Verdict(
             "frozen-violation",
-            f"the user's repository changed while the candidate's tests ran: {shown}{more}; "
+            f"the user's repository changed while the candidate's tests ran: "
+            f"{_few([shown_path(p) for p in sorted(outside)])}; "
             "under the local backend nothing stops a candidate's scripts from writing there, "
             "so the candidate is disqualified (use --evolve-sandbox bwrap or docker to block "
             "such writes, and do not edit the repository during a local run)",
