@@ -214,7 +214,7 @@ class Integrity:
 
     def __init__(self, strict: Sequence[ModuleType | type], loose: Sequence[ModuleType | type],
                  workspace: str) -> None:
-        self._workspace = (os.path.abspath(workspace), os.path.realpath(workspace))
+        self._workspace = _roots([workspace])
         self._entries = [(self._label(obj), vars(obj), dict(vars(obj)), True) for obj in strict]
         self._entries += [(self._label(obj), vars(obj), dict(vars(obj)), False) for obj in loose]
 
@@ -255,7 +255,20 @@ class Planted:
         self._roots = _roots(roots)
         self._space = _roots([workspace])
         self._known: dict[str, tuple[int, list[int]]] = {}
+        self._kinds: dict[str, tuple[int, str, str]] = {}  # name -> (id, kind, file)
         self.scan()
+
+    def _kind(self, name: str, module: ModuleType) -> tuple[str, str]:
+        """``artifact``, ``workspace`` or ``library``, and the file; asked again only when
+        ``sys.modules[name]`` is another module object than last time."""
+        known = self._kinds.get(name)
+        if known is None or known[0] != id(module):
+            file = getattr(module, "__file__", None)
+            path = os.path.abspath(file) if isinstance(file, str) else ""
+            kind = ("artifact" if path and _under(path, self._roots) else
+                    "workspace" if path and _under(path, self._space) else "library")
+            known = self._kinds[name] = (id(module), kind, path)
+        return known[1], known[2]
 
     def scan(self) -> list[tuple[str, str]]:
         """(what was set, the artifact file its value comes from), for the changed modules."""
@@ -265,12 +278,11 @@ class Planted:
         for name, module in list(sys.modules.items()):
             if not isinstance(module, ModuleType):  # type: ignore[redundant-expr,unused-ignore]
                 continue  # type: ignore[unreachable,unused-ignore]  # sys.modules may hold anything
-            file = getattr(module, "__file__", None)
-            path = os.path.abspath(file) if isinstance(file, str) else ""
-            if path and _under(path, self._roots):
+            kind, path = self._kind(name, module)
+            if kind == "artifact":
                 artifact[id(vars(module))] = path
                 names.add(name)
-            elif not (path and _under(path, self._space)):
+            elif kind == "library":
                 library.append((name, module))
         if not artifact and self._known:
             return []  # nothing of the candidate is loaded: nothing can have been planted

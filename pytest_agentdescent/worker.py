@@ -413,7 +413,7 @@ class _Guard:
 class Recorder:
     """Runs the planned tests and journals one record per test per repeat."""
 
-    def __init__(self, journal: _Journal, plan: Plan, guard: _Guard | None = None) -> None:
+    def __init__(self, journal: _Journal, plan: Plan, guard: _Guard) -> None:
         self._journal = journal
         self._plan = plan
         self._guard = guard
@@ -429,8 +429,7 @@ class Recorder:
     def pytest_collection_modifyitems(
         self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
-        if self._guard is not None:
-            self._guard.check(full=True)  # what the test modules' imports did
+        self._guard.check(full=True)  # what the test modules' imports did
         if not self._plan.tests:
             return
         keep: list[pytest.Item] = []
@@ -472,8 +471,7 @@ class Recorder:
                 item.nodeid, repeat, reports,
                 reward=recorded_reward(item), output_chars=self._plan.output_chars,
             )
-            if self._guard is not None:
-                self._guard.check(full=last)
+            self._guard.check(full=last)
             self._journal.finish(line)
         item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
         return True
@@ -482,13 +480,11 @@ class Recorder:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         # After each phase, not only at the end: a patch made in setup and
         # undone in teardown must not go unseen.
-        if self._guard is not None:
-            self._guard.check()
+        self._guard.check()
 
     @pytest.hookimpl
     def pytest_unconfigure(self, config: pytest.Config) -> None:
-        if self._guard is not None:
-            self._guard.check(full=True)
+        self._guard.check(full=True)
         self._journal.close()
 
 
@@ -548,15 +544,17 @@ _PYTEST_CLASSES: tuple[type, ...] = (
 )
 
 
-def _start(private: dict[str, Any]) -> dict[str, Any] | str | None:
+def _start() -> dict[str, Any] | str | None:
     """Read the plan, open the journal, install the audit hook: before any conftest loads.
 
     Returns what :func:`pytest_configure` registers, an error message, or None
-    outside an evaluation (no :data:`RECORD_ENV`).
+    outside an evaluation (no :data:`RECORD_ENV`): a plain run that imports this
+    module (the summary line uses :func:`combine_reports`) pins nothing.
     """
     path = os.environ.get(RECORD_ENV)
     if not path:
         return None
+    private = _pin_all()
     plan_path = os.environ.get(PLAN_ENV)
     try:
         plan = Plan.from_json(Path(plan_path).read_text("utf-8")) if plan_path else Plan()
@@ -594,7 +592,7 @@ def _pin_all() -> dict[str, Any]:
     return private
 
 
-_pending: list[dict[str, Any] | str | None] = [_start(_pin_all())]
+_pending: list[dict[str, Any] | str | None] = [_start()]
 
 
 def pytest_configure(config: pytest.Config) -> None:
