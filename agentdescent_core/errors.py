@@ -15,6 +15,7 @@ __all__ = [
     "ContractError",
     "LedgerError",
     "RefusalError",
+    "RunStopped",
 ]
 
 
@@ -63,6 +64,23 @@ class ContractError(AgentDescentError, TypeError):
     signature cannot take the engine's arguments, a strategy/parallel mode pair
     that cannot work, and the like.  The message names the callable and the fix.
     """
+
+
+class RunStopped(ContractError):
+    """The run must end now, with this reason; never retried and never swallowed.
+
+    A ContractError, so neither the engine's retries nor a worker's error
+    tolerance apply.  ``kind`` is how a report's ``error`` names the reason
+    (``Guardrails``, ``LLMCacheMiss``, ``BackendError``).
+    """
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+    @property
+    def error(self) -> str:
+        return f"{self.kind}: {self}"
 
 
 class BackendError(AgentDescentError):

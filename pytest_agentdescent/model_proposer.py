@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from agentdescent_core.errors import BackendError, ContractError, RefusalError
+from agentdescent_core.errors import BackendError, RefusalError, RunStopped
 from agentdescent_core.loop.budget import BudgetExhausted
 from agentdescent_core.proposers.reflector import (
     DEFAULT_BUDGET,
@@ -68,21 +68,12 @@ _KEEP_PER_TASK = 6
 _LABEL = re.compile(r"^(?:diff|fused) [0-9a-f]{8} by [^:]+: ")
 
 
-class ProposerStopped(ContractError):
-    """The run must end now (a dead model endpoint, a cache miss); never retried.
+class ProposerStopped(RunStopped):
+    """The model proposer ends the run (a dead model endpoint, a cache miss).
 
-    A ContractError so the engine neither retries it nor lets a worker swallow
-    it; ``kind`` is how the report's ``error`` names it (``BackendError``,
-    ``LLMCacheMiss``).  Tripped guardrails raise their own GuardrailsTripped.
+    ``kind`` is ``BackendError`` or ``LLMCacheMiss``; tripped guardrails raise
+    their own :class:`~agentdescent_core.errors.RunStopped`, GuardrailsTripped.
     """
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-
-    @property
-    def error(self) -> str:
-        return f"{self.kind}: {self}"
 
 
 def frozen_description(patterns: Sequence[str]) -> str:

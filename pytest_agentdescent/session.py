@@ -284,12 +284,11 @@ class EvolveSession:
                                        skip=None if decision is None or decision.evolve
                                        else decision.reason)
             except (AgentDescentError, _BrokenBaseline) as exc:
-                from agentdescent_core.proposers.guardrails import GuardrailsTripped
-                from pytest_agentdescent.model_proposer import ProposerStopped
+                from agentdescent_core.errors import RunStopped
 
                 if isinstance(exc, _BrokenBaseline):
                     error = str(exc)
-                elif isinstance(exc, (ProposerStopped, GuardrailsTripped)):
+                elif isinstance(exc, RunStopped):
                     error = exc.error
                 else:
                     error = describe_error(exc)

@@ -46,7 +46,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from agentdescent_core.errors import ContractError, RefusalError
+from agentdescent_core.errors import RefusalError, RunStopped
 from agentdescent_core.proposers.destructive import scan_destructive
 from agentdescent_core.proposers.guardrail_spec import (
     SCRIPT_POLICIES,
@@ -410,15 +410,14 @@ def scan_ops(
 # ---------------------------------------------------------------------- settings
 
 
-class GuardrailsTripped(ContractError):
+class GuardrailsTripped(RunStopped):
     """The ``violation_limit``-th critical violation: the run must end, never retried.
 
     ``error`` is how a report names it (``Guardrails: ...``).
     """
 
-    @property
-    def error(self) -> str:
-        return f"Guardrails: {self}"
+    def __init__(self, message: str) -> None:
+        super().__init__("Guardrails", message)
 
 
 class Guardrails:
