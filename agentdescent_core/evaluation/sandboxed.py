@@ -83,9 +83,6 @@ __all__ = ["Observation", "SandboxedVerifier", "UncommittedChangesWarning", "rec
 class UncommittedChangesWarning(UserWarning):
     """Tests or artifact files differ from the commit that is evaluated."""
 
-#: Inside the user's ``.git`` only these can change what later runs do; the
-#: rest (objects, refs, logs) is written by the ledger while candidates run.
-_WATCHED_GIT = ("hooks", "config", "info")
 _SHOWN = 5
 _RUN_ATTEMPTS = 2
 
@@ -629,7 +626,7 @@ def _verdict_of(violations: Sequence[RefusalError], outside: Sequence[str],
 # ---------------------------------------------------------------- the user's repository
 
 def _scan_repo(root: Path) -> dict[str, Sig]:
-    """lstat signatures of the user's files (and the parts of ``.git`` that run code)."""
+    """lstat signatures of the user's files (its .git and the state dir are RepoGuard's)."""
     found: dict[str, Sig] = {}
     _walk(str(root), "", found, top=True)
     return found
@@ -642,8 +639,8 @@ def _walk(folder: str, prefix: str, found: dict[str, Sig], *, top: bool = False)
         return
     for entry in entries:
         rel = prefix + entry.name
-        if top and entry.name == ".agentdescent":
-            continue  # the run's own state (eval cache, run store): the guard's part
+        if top and entry.name in (".agentdescent", ".git"):
+            continue  # the run's state and the user's .git: RepoGuard compares those bytes
         if is_cache(rel) and "__pycache__" not in rel.split("/"):
             continue  # tool caches hold no code; __pycache__ does (planted .pyc files)
         try:
@@ -652,14 +649,6 @@ def _walk(folder: str, prefix: str, found: dict[str, Sig], *, top: bool = False)
             continue
         found[rel] = signature(st)
         if not stat.S_ISDIR(st.st_mode):
-            continue
-        if top and entry.name == ".git":
-            for name in _WATCHED_GIT:
-                sub = os.path.join(entry.path, name)
-                if os.path.isdir(sub) and not os.path.islink(sub):
-                    _walk(sub, f"{rel}/{name}/", found)
-                elif os.path.lexists(sub):
-                    found[f"{rel}/{name}"] = signature(os.lstat(sub))
             continue
         _walk(entry.path, rel + "/", found)
 

@@ -50,7 +50,7 @@ from typing import IO
 
 from agentdescent_core.errors import BackendError
 from agentdescent_core.sandbox.memwatch import MemoryGuard
-from agentdescent_core.sandbox.reaper import live_pids, read_proc, start_ticks, sweep
+from agentdescent_core.sandbox.reaper import live_pids, start_ticks, sweep, tree_members
 from agentdescent_core.sandbox.spec import Limits, RunResult, RunSpec
 
 __all__ = [
@@ -86,23 +86,19 @@ class StrayProcessesWarning(UserWarning):
 # --------------------------------------------------------------------------- limits
 
 
-def _uid_process_count(uid: int) -> int:
+def _uid_process_count(uid: int, pids: frozenset[str]) -> int:
+    """How many of ``pids`` (a :func:`.reaper.live_pids` listing) belong to ``uid``."""
     count = 0
-    try:
-        entries = list(os.scandir("/proc"))
-    except OSError:
-        return 0
-    for entry in entries:
-        if entry.name.isdigit():
-            try:
-                if entry.stat().st_uid == uid:
-                    count += 1
-            except OSError:
-                continue
+    for name in pids:
+        try:
+            if os.stat(f"/proc/{name}").st_uid == uid:
+                count += 1
+        except OSError:
+            continue
     return count
 
 
-def _rlimits(limits: Limits) -> dict[int, tuple[int, int]]:
+def _rlimits(limits: Limits, pids: frozenset[str]) -> dict[int, tuple[int, int]]:
     values: dict[int, tuple[int, int]] = {
         resource.RLIMIT_AS: (limits.memory_mb * _MIB,) * 2,
         resource.RLIMIT_CPU: (limits.cpu_seconds, limits.cpu_seconds + 1),
@@ -110,7 +106,7 @@ def _rlimits(limits: Limits) -> dict[int, tuple[int, int]]:
         resource.RLIMIT_CORE: (0, 0),
     }
     if os.geteuid() != 0:
-        nproc = limits.max_processes + _uid_process_count(os.getuid())
+        nproc = limits.max_processes + _uid_process_count(os.getuid(), pids)
         values[resource.RLIMIT_NPROC] = (nproc, nproc)
     return values
 
@@ -124,9 +120,14 @@ _PRLIMIT_OPTIONS = {
 }
 
 
-def _limited(argv: Sequence[str], limits: Limits) -> tuple[list[str], Callable[[], None] | None]:
-    """The argv to run (with a ``prlimit`` prefix) or a ``preexec_fn`` setting the limits."""
-    values = _rlimits(limits)
+def _limited(argv: Sequence[str], limits: Limits, pids: frozenset[str],
+             ) -> tuple[list[str], Callable[[], None] | None]:
+    """The argv to run (with a ``prlimit`` prefix) or a ``preexec_fn`` setting the limits.
+
+    ``pids`` is the current :func:`.reaper.live_pids` listing (the processes the
+    user already runs count against ``RLIMIT_NPROC``).
+    """
+    values = _rlimits(limits, pids)
     prlimit = shutil.which("prlimit", path="/usr/bin:/bin:/usr/sbin:/sbin")
     if prlimit is not None:
         options = [f"{_PRLIMIT_OPTIONS[res]}={soft}:{hard}" for res, (soft, hard) in values.items()]
@@ -140,51 +141,6 @@ def _limited(argv: Sequence[str], limits: Limits) -> tuple[list[str], Callable[[
 
 
 # --------------------------------------------------------------------------- process tree
-
-
-def _proc_table() -> list[tuple[int, int, int, str]]:
-    """(pid, ppid, session, state) of every live process, read from /proc."""
-    rows: list[tuple[int, int, int, str]] = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return rows
-    for name in entries:
-        if not name.isdigit():
-            continue
-        raw = read_proc(f"/proc/{name}/stat")
-        if raw is None:
-            continue
-        fields = raw[raw.rfind(b")") + 2 :].split()
-        if len(fields) < 4:
-            continue
-        rows.append((int(name), int(fields[1]), int(fields[3]), fields[0].decode()))
-    return rows
-
-
-def tree_members(root: int) -> set[int]:
-    """Live processes of the run: the root's session plus every descendant of the root.
-
-    The session catches processes that left the process group with
-    ``setpgid``; the descendant walk catches ones inside a PID namespace
-    (``bwrap`` starts the command in a new session there).
-    """
-    rows = [row for row in _proc_table() if row[3] not in ("Z", "X")]
-    children: dict[int, list[int]] = {}
-    members: set[int] = set()
-    for pid, ppid, session, _state in rows:
-        children.setdefault(ppid, []).append(pid)
-        if session == root:
-            members.add(pid)
-    stack = [root]
-    seen = {root}
-    while stack:
-        for child in children.get(stack.pop(), ()):
-            if child not in seen:
-                seen.add(child)
-                members.add(child)
-                stack.append(child)
-    return members
 
 
 def _kill_tree(root: int) -> int:
@@ -302,13 +258,15 @@ def run_supervised(
     ``private_tmpfs`` mounts to the sum).
     """
     guard = MemoryGuard(limits, private_tmpfs=private_tmpfs)
-    command, preexec = _limited(argv, limits)
+    # One listing of /proc for both the RLIMIT_NPROC count and the sweep's ``older``.
+    live = live_pids() if sweep_paths or os.geteuid() != 0 else frozenset()
+    command, preexec = _limited(argv, limits, live)
     command = guard.wrap(command, env)
     ceiling = limits.max_processes + wrapper_processes
     start = time.monotonic()
     deadline = start + timeout
     killed: str | None = None
-    older = live_pids() if sweep_paths else frozenset()
+    older = live if sweep_paths else frozenset()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         try:
             proc = subprocess.Popen(

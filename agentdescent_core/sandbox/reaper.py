@@ -1,7 +1,7 @@
 """After a ``local`` run: find and kill every process the run left behind, wherever it went.
 
 Killing the run's process group and session and the descendants of its root
-(:func:`agentdescent_core.sandbox.local.tree_members`) misses a process that
+(:func:`tree_members`) misses a process that
 called ``setsid()`` and was re-parented to init — a double fork, or
 ``subprocess.Popen(..., start_new_session=True)`` from a candidate's script.
 Such a process could outlive the run and rewrite the next candidate's files.
@@ -32,8 +32,18 @@ import signal
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
-__all__ = ["ancestors", "live_pids", "read_proc", "start_ticks", "sweep"]
+__all__ = [
+    "ProcStat",
+    "ancestors",
+    "live_pids",
+    "proc_stat",
+    "read_proc",
+    "start_ticks",
+    "sweep",
+    "tree_members",
+]
 
 _ROUNDS = 20
 
@@ -56,24 +66,33 @@ def read_proc(path: str, size: int = 4096) -> bytes | None:
         os.close(fd)
 
 
-def start_ticks(pid: int) -> int | None:
-    """When ``pid`` started, in clock ticks since boot (``/proc/<pid>/stat`` field 22)."""
+class ProcStat(NamedTuple):
+    """The fields of ``/proc/<pid>/stat`` the supervision reads."""
+
+    ppid: int
+    session: int
+    start: int
+    """When the process started, in clock ticks since boot (field 22)."""
+    state: str
+    """``R``, ``S``, ... ``Z`` (zombie), ``X`` (dead)."""
+
+
+def proc_stat(pid: int | str) -> ProcStat | None:
+    """(parent pid, session, start ticks, state) of ``pid``, or None (gone, unreadable)."""
     raw = read_proc(f"/proc/{pid}/stat")
     if raw is None:
         return None
-    fields = raw[raw.rfind(b")") + 2:].split()
-    return int(fields[19]) if len(fields) > 19 else None
-
-
-def _stat(pid: str) -> tuple[int, int, str] | None:
-    """(parent pid, start ticks, state) of a process."""
-    raw = read_proc(f"/proc/{pid}/stat")
-    if raw is None:
-        return None
+    # The command name (field 2) is in parentheses and may hold spaces or ')'.
     fields = raw[raw.rfind(b")") + 2:].split()
     if len(fields) < 20:
         return None
-    return int(fields[1]), int(fields[19]), fields[0].decode()
+    return ProcStat(int(fields[1]), int(fields[3]), int(fields[19]), fields[0].decode())
+
+
+def start_ticks(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (``/proc/<pid>/stat`` field 22)."""
+    stat = proc_stat(pid)
+    return None if stat is None else stat.start
 
 
 def ancestors(pid: int | None = None) -> list[int]:
@@ -82,10 +101,10 @@ def ancestors(pid: int | None = None) -> list[int]:
     current = os.getpid() if pid is None else pid
     while current > 0 and current not in chain:
         chain.append(current)
-        found = _stat(str(current))
+        found = proc_stat(current)
         if found is None:
             break
-        current = found[0]
+        current = found.ppid
     return chain
 
 
@@ -147,6 +166,34 @@ def live_pids() -> frozenset[str]:
         return frozenset()
 
 
+def tree_members(root: int) -> set[int]:
+    """Live processes of the run: the root's session plus every descendant of the root.
+
+    The session catches processes that left the process group with
+    ``setpgid``; the descendant walk catches ones inside a PID namespace
+    (``bwrap`` starts the command in a new session there).
+    """
+    children: dict[int, list[int]] = {}
+    members: set[int] = set()
+    for name in live_pids():
+        stat = proc_stat(name)
+        if stat is None or stat.state in ("Z", "X"):
+            continue
+        pid = int(name)
+        children.setdefault(stat.ppid, []).append(pid)
+        if stat.session == root:
+            members.add(pid)
+    stack = [root]
+    seen = {root}
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            if child not in seen:
+                seen.add(child)
+                members.add(child)
+                stack.append(child)
+    return members
+
+
 def sweep(paths: Iterable[Path], *, since: int | None,
           spare: Callable[[], set[int]] | None = None,
           older: frozenset[str] = frozenset()) -> int:
@@ -182,10 +229,10 @@ def sweep(paths: Iterable[Path], *, since: int | None,
             pid = int(entry.name)
             if pid in keep:
                 continue
-            info = _stat(entry.name)
-            if info is None or info[2] in ("Z", "X"):
+            info = proc_stat(entry.name)
+            if info is None or info.state in ("Z", "X"):
                 continue
-            if since is not None and info[1] < since:
+            if since is not None and info.start < since:
                 continue
             if not root:
                 try:
