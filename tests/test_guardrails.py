@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 from conftest import user_git
-from test_session_runs import LEARN_RULE
+from test_session_runs import LEARN_RULE, explain, make_agent_repo, messages, report_of
+from test_session_runs import evolve as run_evolve
 
 from agentdescent_core.errors import RefusalError
 from agentdescent_core.proposers.guardrails import (
@@ -770,8 +771,6 @@ def test_every_guardrail_setting_through_a_real_run(
         code: str | None) -> None:
     import json
 
-    from test_session_runs import evolve as run_evolve
-    from test_session_runs import explain, make_agent_repo, report_of
 
     repo = tmp_path / "agent"
     make_agent_repo(repo, proposer=RUN_PROPOSER, ini=ini)
@@ -788,11 +787,11 @@ def test_every_guardrail_setting_through_a_real_run(
     assert report["guardrails"]["secrets"] is True
     assert report["guardrails"]["pii"] is (case == "pii")
     assert report["guardrails"]["scripts"] == ("reject" if "reject" in case else "warn")
-    messages = [m for entry in report["history"] for m in entry["messages"]]
+    said = messages(report)
     if category is not None:
         assert report["outcomes"].get(category, 0) >= 1, report["outcomes"]
-        refused = [m for m in messages if f"({code})" in m]
-        assert len(refused) == 1, messages
+        refused = [m for m in said if f"({code})" in m]
+        assert len(refused) == 1, said
         assert "refused by the guardrails" in refused[0]
         for path in edit:  # the refused content never reached any commit
             for text in edit[path].splitlines():
@@ -801,7 +800,7 @@ def test_every_guardrail_setting_through_a_real_run(
     else:
         assert any(w.startswith(f"guardrails: script warning in {_TOOL}")
                    for w in report["warnings"]), report["warnings"]
-        assert not [m for m in messages if "refused by the guardrails" in m]
+        assert not [m for m in said if "refused by the guardrails" in m]
     # the learning proposals that followed were checked and still accepted
     assert report["outcomes"].get("committed", 0) >= 1, report["outcomes"]
     assert aws_key() not in (repo / ".agentdescent/report.json").read_text(encoding="utf-8")
@@ -809,8 +808,6 @@ def test_every_guardrail_setting_through_a_real_run(
 
 @pytest.mark.slow
 def test_secrets_cannot_be_turned_off_from_the_ini(tmp_path: Path) -> None:
-    from test_session_runs import evolve as run_evolve
-    from test_session_runs import explain, make_agent_repo
 
     repo = tmp_path / "agent"
     make_agent_repo(repo, ini="evolve_guardrails = no-secrets\n")

@@ -16,12 +16,11 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 from conftest import user_git, write
 from sandbox_support import ALL_BACKENDS, require_backend
-from test_session_runs import evolve, explain, report_of
+from test_session_runs import evolve, explain, messages, report_of
 
 from agentdescent_core.artifacts.filetree import FileTree
 from agentdescent_core.artifacts.paths import (
@@ -97,10 +96,6 @@ def make_repo(path: Path, proposer: str, ini: str = "") -> None:
 def run_evolve(repo: Path, sandbox: str, *args: str) -> subprocess.CompletedProcess[str]:
     return evolve(repo, "--evolve-sandbox", sandbox, "--evolve-workers", "1",
                   "--evolve-repeats", "1", *args, timeout=900)
-
-
-def messages(report: dict[str, Any]) -> list[str]:
-    return [m for entry in report["history"] for m in entry["messages"]]
 
 
 # ---------------------------------------------------------------- a candidate's run

@@ -175,6 +175,11 @@ def report_of(repo: Path) -> dict[str, Any]:
     return data
 
 
+def messages(report: dict[str, Any]) -> list[str]:
+    """Every merge decision's message of a report, round by round."""
+    return [m for entry in report["history"] for m in entry["messages"]]
+
+
 def user_visible(repo: Path) -> dict[str, str]:
     """Everything the run must leave alone: the snapshot minus the state dir and exclude."""
     return {k: v for k, v in snapshot(repo).items()
