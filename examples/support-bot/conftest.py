@@ -12,6 +12,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+import pytest
+
 from pytest_agentdescent.hooks import ProposeContext
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -19,5 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from coach import propose  # the example's own module: importable from here on
 
 
+# optionalhook: the suite still runs with the plugin off (``pytest -p no:agentdescent``)
+@pytest.hookimpl(optionalhook=True)
 def pytest_evolve_propose(context: ProposeContext) -> Mapping[str, str | None] | None:
     return propose(context.files, context.failures)
