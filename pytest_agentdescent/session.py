@@ -132,7 +132,8 @@ class EvolveSession:
 
         settings = self.settings
         implementations = hook_implementations(self.config)
-        if not implementations and self._model_setup is None:
+        # --evolve-rounds 0 measures the baseline only: nothing is proposed, so none is needed
+        if not implementations and self._model_setup is None and settings.rounds > 0:
             raise pytest.UsageError(missing_proposer_message())
         backend = self._backend()
         state_dir = ensure_state_dir(plan.layout, settings.state_dir)
@@ -659,7 +660,7 @@ def _proposer_line(implementations: Sequence[str], model: ModelProposer | None) 
         parts.append("pytest_evolve_propose (" + ", ".join(implementations) + ")")
     if model is not None:
         parts.append(f"model {model.spec} at {model.client.endpoint}")
-    return ", then ".join(parts)
+    return ", then ".join(parts) or "none (--evolve-rounds 0: the baseline is measured only)"
 
 
 def _dev_state(ledger: Ledger) -> dict[str, str] | None:
