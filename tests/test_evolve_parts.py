@@ -123,7 +123,9 @@ def test_max_seconds_stops_the_synchronous_loop() -> None:
                     n_workers=1, held_out_frac=0.4, max_seconds=0.5, eval_concurrency=8)
     assert result.stop_reason == "max_seconds"
     assert result.error is None
-    assert 0 < len(result.history) < 1000
+    # how many rounds fit in 0.5 s depends on the machine (none, under load): only that
+    # the budget, not the round count, ended the run
+    assert len(result.history) < 1000
 
 
 def test_an_l1_blast_radius_runs_through_the_audit_gate() -> None:
