@@ -23,7 +23,10 @@ from __future__ import annotations
 import enum
 import math
 import re
+import warnings
 from collections.abc import Iterable, Sequence
+
+import pathspec
 
 from agentdescent_core.errors import RefusalError
 
@@ -143,63 +146,33 @@ def _clean_pattern(pattern: str) -> str:
     return "/".join(collapsed)
 
 
-def _segment_regex(segment: str) -> str:
-    """Regex for one path segment: ``*`` and ``?`` never cross a ``/``."""
-    out: list[str] = []
-    i = 0
-    while i < len(segment):
-        ch = segment[i]
-        if ch == "*":
-            while i + 1 < len(segment) and segment[i + 1] == "*":
-                i += 1  # "a**b" inside a segment behaves like "a*b"
-            out.append("[^/]*")
-        elif ch == "?":
-            out.append("[^/]")
-        elif ch == "[":
-            end = segment.find("]", i + 2 if segment[i + 1 : i + 2] in ("!", "^") else i + 1)
-            if end == -1:
-                out.append(re.escape(ch))
-            else:
-                body = segment[i + 1 : end]
-                negate = body[:1] in ("!", "^")
-                if negate:
-                    body = body[1:]
-                body = body.replace("\\", "\\\\")
-                out.append(f"[^/{body}]" if negate else f"[{body}]")
-                i = end
-        else:
-            out.append(re.escape(ch))
-        i += 1
-    return "".join(out)
-
-
 def compile_glob(pattern: str) -> re.Pattern[str]:
     """Compile a repo-relative glob to a regex matching a path *or anything under it*.
 
-    ``**`` as a whole segment matches any number of segments (including none),
-    ``*``/``?``/``[...]`` stay within one segment, and a pattern that names a
-    directory (``tests``, ``tests/``, ``skills/*/tests``) freezes everything below
-    it.  A trailing slash cannot be told apart from a file of the same name —
-    paths here are strings, not directory entries — so ``tests/`` also matches a
-    file called ``tests``.
+    Git's wildmatch rules, through ``pathspec`` (the frozen set is a safety
+    boundary, and bracket expressions such as ``[]]`` and ``[!]]`` are easy to get
+    wrong by hand), with one difference from ``.gitignore``: a pattern is
+    anchored at the repository root, so ``tests`` freezes the top-level
+    ``tests`` and not ``skills/x/tests`` (write ``**/tests`` for that).
+    ``**`` as a whole segment matches any number of segments, ``*``/``?``/``[...]``
+    stay within one segment, and a pattern that names a directory freezes
+    everything below it.  A trailing slash is dropped (paths here are strings,
+    not directory entries), so ``tests/`` also matches a file called ``tests``.
     """
-    segments = _clean_pattern(pattern).split("/")
-    last = len(segments) - 1
-    parts: list[str] = []
-    skip_sep = False
-    for i, seg in enumerate(segments):
-        if seg == "**":
-            if i == last:
-                parts.append("(?:/[^/]+)*" if i > 0 else "[^/]+(?:/[^/]+)*")
-            else:
-                parts.append("/(?:[^/]+/)*" if i > 0 else "(?:[^/]+/)*")
-                skip_sep = True
-            continue
-        if i > 0 and not skip_sep:
-            parts.append("/")
-        skip_sep = False
-        parts.append(_segment_regex(seg))
-    return re.compile("".join(parts) + "(?:/.*)?", re.DOTALL)
+    cleaned = _clean_pattern(pattern)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            compiled = pathspec.GitIgnoreSpec.from_lines(["/" + cleaned]).patterns[0].regex
+    except (ValueError, re.error) as exc:
+        raise ValueError(f"frozen pattern {pattern!r} is not a valid glob: {exc}") from None
+    if compiled is None:
+        raise ValueError(f"frozen pattern {pattern!r} matches nothing; give a repo-relative "
+                         "glob such as 'tests/**'")
+    # pathspec's regex matches a prefix that ends at a "/" or the end; anything may follow
+    with warnings.catch_warnings():  # "[[]" is a literal "[", not a nested set
+        warnings.simplefilter("ignore", FutureWarning)
+        return re.compile(f"(?:{compiled.pattern}).*", re.DOTALL)
 
 
 def _clean_path(path: str) -> str | None:

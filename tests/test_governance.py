@@ -128,6 +128,16 @@ def test_layer_for_reaches_l0_only_by_name():
         ("skills/*/tests", "skills/a/tests/x.py", True),
         ("skills/*/tests", "skills/a/b/tests/x.py", False),
         ("./tests", "tests/a.py", True),
+        # bracket expressions as git reads them: "]" first in a set is a member
+        ("[]]", "]", True),
+        ("[]]", "a", False),
+        ("[!]]", "a", True),
+        ("[!]]", "]", False),
+        ("x[]y]", "xy", True),
+        ("x[]y]", "x]", True),
+        ("x[]y]", "x]y", False),
+        ("[[]", "[", True),
+        ("v[!0-9]/**", "vx/deep/file.md", True),
         # special regex characters are literal
         ("a+b.(x)", "a+b.(x)", True),
         ("a+b.(x)", "aab.(x)", False),
@@ -137,7 +147,9 @@ def test_compile_glob(pattern, path, expected):
     assert bool(compile_glob(pattern).fullmatch(path)) is expected
 
 
-@pytest.mark.parametrize("pattern", ["", "/", "./", "../x", "a/../../b"])
+@pytest.mark.parametrize("pattern", ["", "/", "./", "../x", "a/../../b",
+                                     # git's wildmatch matches nothing with an open "["
+                                     "[z-a]", "[", "a[b"])
 def test_bad_patterns_refused(pattern):
     with pytest.raises(ValueError, match="pattern"):
         FrozenSet([pattern])

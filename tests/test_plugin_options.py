@@ -436,3 +436,34 @@ def test_options_documented_in_help(pytester: pytest.Pytester) -> None:
 def test_an_empty_evolve_env_passes_nothing(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\nevolve_env =\n")
     assert settings_of(pytester).env == ()
+
+
+@pytest.mark.parametrize(("pattern", "said"), [
+    ("[z-a]", "frozen pattern '[z-a]' is not a valid glob"),
+    ("skills/a[b", "frozen pattern 'skills/a[b' matches nothing"),
+])
+def test_a_bad_frozen_glob_is_a_usage_error_naming_it(pytester: pytest.Pytester, pattern: str,
+                                                      said: str) -> None:
+    subprocess.run(["git", "init", "-q"], cwd=pytester.path, check=True)
+    (pytester.path / "skills").mkdir()
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest_subprocess("--evolve", "skills", "--evolve-frozen", pattern,
+                                "--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    assert said in result.stderr.str()
+    assert "--evolve-frozen (ini evolve_frozen)" in result.stderr.str()
+
+
+def test_bracket_globs_freeze_what_git_would_match(pytester: pytest.Pytester) -> None:
+    """``[]]`` once crashed pytest (INTERNALERROR); it freezes a file named ``]``."""
+    subprocess.run(["git", "init", "-q"], cwd=pytester.path, check=True)
+    (pytester.path / "skills").mkdir()
+    (pytester.path / "skills" / "]").write_text("x\n")
+    (pytester.path / "skills" / "a").write_text("x\n")
+    pytester.makepyfile("import pytest\n\n@pytest.mark.evolve\ndef test_x():\n    pass\n")
+    result = pytester.runpytest_subprocess("--evolve", "skills", "--evolve-frozen", "skills/[]]",
+                                "--collect-only")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str() + result.stderr.str()
+    assert "INTERNALERROR" not in result.stdout.str()
+    assert "  skills/[]]" in result.stdout.lines
