@@ -162,6 +162,61 @@ def test_openai_request_and_usage_over_http(openai_server):
     assert client.endpoint == openai_server.base_url
 
 
+def _like_openai_reasoning_models(received):
+    """What api.openai.com answers a reasoning model sent the classic request shape."""
+    body = received.body
+    for param, code in (("max_tokens", "unsupported_parameter"),
+                        ("temperature", "unsupported_value")):
+        if param in body:
+            error = {"message": f"Unsupported parameter: '{param}' is not supported with "
+                                "this model. Use 'max_completion_tokens' instead.",
+                     "type": "invalid_request_error", "param": param, "code": code}
+            return (400, {"x-should-retry": "false"}, {"error": error})
+    return Answer("reasoned", input_tokens=10, output_tokens=20)
+
+
+@pytest.mark.parametrize("model", ["gpt-5", "o3-mini", "o4-mini", "openai/gpt-5-mini"])
+def test_reasoning_models_get_max_completion_tokens_and_no_temperature(openai_server, model):
+    openai_server.script([], then=_like_openai_reasoning_models)
+    client = ModelClient(ModelSpec("openai", model), temperature=0.7, max_tokens=321)
+
+    done = client.complete("s", "u")
+
+    assert done.text == "reasoned"
+    [req] = openai_server.requests  # the right shape at once: no refused first try
+    assert req.body["max_completion_tokens"] == 321
+    assert "max_tokens" not in req.body
+    assert "temperature" not in req.body
+
+
+def test_a_model_that_refuses_max_tokens_is_asked_again_in_its_shape(openai_server):
+    """A reasoning model we do not know by name costs one refused request, once per run."""
+    openai_server.script([], then=_like_openai_reasoning_models)
+    client = ModelClient(ModelSpec("openai", "thinker-2"), temperature=0.3, max_tokens=99)
+
+    first = client.complete("s", "u")
+    second = client.complete("s", "u2")
+
+    assert (first.text, second.text) == ("reasoned", "reasoned")
+    shapes = [sorted(k for k in r.body if k in ("max_tokens", "max_completion_tokens",
+                                                  "temperature"))
+              for r in openai_server.requests]
+    assert shapes == [["max_tokens", "temperature"], ["max_completion_tokens"],
+                      ["max_completion_tokens"]]
+    assert client.calls == 2
+
+
+def test_other_bad_requests_are_not_retried_in_another_shape(openai_server):
+    error = {"message": "messages: too long", "type": "invalid_request_error",
+             "param": "messages", "code": "context_length_exceeded"}
+    openai_server.script([(400, {"x-should-retry": "false"}, {"error": error})])
+    client = ModelClient(ModelSpec("openai", "gpt-4o-mini"), max_retries=0)
+
+    with pytest.raises(ModelBackendError, match="too long"):
+        client.complete("s", "u")
+    assert len(openai_server.requests) == 1
+
+
 def test_openai_compatible_local_server_needs_no_key(monkeypatch):
     with start_openai_server() as server:
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)

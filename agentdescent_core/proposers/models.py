@@ -265,6 +265,11 @@ class _OpenAIBackend(_SDKBackend):
     provider = "openai"
     client: openai.OpenAI
 
+    def __init__(self, model: str, **settings: Any) -> None:
+        super().__init__(model, **settings)
+        #: send the reasoning models' request shape (see _create)
+        self._reasoning = is_reasoning_model(model)
+
     def _client(self, api_key: str | None, base_url: str | None) -> openai.OpenAI:
         local = base_url or os.environ.get("OPENAI_BASE_URL")
         if api_key is None and not os.environ.get("OPENAI_API_KEY") and local:
@@ -273,20 +278,36 @@ class _OpenAIBackend(_SDKBackend):
             api_key=api_key, base_url=base_url, timeout=self.timeout, max_retries=self.max_retries
         )
 
+    def _create(self, messages: list[Any]) -> Any:
+        """One Chat Completions request in the shape the model takes.
+
+        ``max_tokens`` and a temperature for every other model: every compatible
+        server (Ollama, vLLM, LM Studio) understands those.  A model that refuses
+        one of them by name (a new reasoning model) gets the other shape once,
+        and keeps it for the rest of the run.
+        """
+        try:
+            return self.client.chat.completions.create(
+                model=self.model, messages=messages, **self._shape())
+        except openai.BadRequestError as exc:
+            if self._reasoning or not _refuses_sampling_parameters(exc):
+                raise
+            self._reasoning = True
+            return self.client.chat.completions.create(
+                model=self.model, messages=messages, **self._shape())
+
+    def _shape(self) -> dict[str, Any]:
+        if self._reasoning:
+            return {"max_completion_tokens": self.max_tokens}
+        return {"max_tokens": self.max_tokens, "temperature": self.temperature}
+
     def call(self, system: str, user: str) -> tuple[str, Usage, str]:
         messages: list[Any] = []
         if system:
             messages.append({"role": "system", "content": system})
         messages.append({"role": "user", "content": user})
         try:
-            # max_tokens rather than max_completion_tokens: every compatible server
-            # (Ollama, vLLM, LM Studio) understands it.
-            response = self.client.chat.completions.create(
-                model=self.model,
-                messages=messages,
-                max_tokens=self.max_tokens,
-                temperature=self.temperature,
-            )
+            response = self._create(messages)
         except (openai.OpenAIError, ValueError) as exc:
             raise self._fail(exc) from exc
         choices = getattr(response, "choices", None)
@@ -304,6 +325,27 @@ class _OpenAIBackend(_SDKBackend):
             int(getattr(usage, "completion_tokens", 0) or 0),
         )
         return text, tokens, str(response.model or self.model)
+
+
+def is_reasoning_model(model: str) -> bool:
+    """OpenAI's reasoning models (o-series, gpt-5): ``max_completion_tokens``, no temperature.
+
+    They refuse ``max_tokens`` and any ``temperature`` but the default with a 400;
+    a provider prefix (``openai/gpt-5``, as routers write it) is ignored.
+    """
+    name = model.rsplit("/", 1)[-1].lower()
+    return name.startswith(_REASONING_PREFIXES)
+
+
+_REASONING_PREFIXES = ("o1", "o3", "o4", "gpt-5")
+
+
+def _refuses_sampling_parameters(exc: openai.BadRequestError) -> bool:
+    """Whether a 400 says the model takes no ``max_tokens`` / ``temperature``."""
+    if getattr(exc, "param", None) in ("max_tokens", "temperature"):
+        return True
+    text = str(exc)
+    return "max_completion_tokens" in text or "'temperature'" in text
 
 
 class _CallableBackend:
