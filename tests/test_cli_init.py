@@ -180,3 +180,57 @@ def test_docs_show_the_workflow_init_writes() -> None:
     shown = doc.split("The workflow it writes, in full:\n\n```yaml\n", 1)[1].split("```", 1)[0]
     assert shown == render_workflow(paths=["skills/"], schedule=DEFAULT_SCHEDULE,
                                     model="anthropic:claude-sonnet-4-5")
+
+
+CONFIGS = {
+    # file: (content with a comment, the section init must write into)
+    "pytest.ini": ("[pytest]\n# keep me\ntestpaths = tests\n", "pytest"),
+    "tox.ini": ("[tox]\nenvlist = py\n\n[pytest]\n# keep me\ntestpaths = tests\n", "pytest"),
+    "setup.cfg": ("[metadata]\nname = x\n\n[tool:pytest]\n# keep me\ntestpaths = tests\n",
+                  "tool:pytest"),
+    "pyproject.toml": ('[project]\nname = "x"\n\n[tool.pytest.ini_options]\n# keep me\n'
+                       'testpaths = ["tests"]\n', "tool.pytest.ini_options"),
+    "pyproject.toml native": ('[project]\nname = "x"\n\n[tool.pytest]\n# keep me\n'
+                              'testpaths = ["tests"]\n', "tool.pytest"),
+    "pytest.toml": ('[pytest]\n# keep me\ntestpaths = ["tests"]\n', "pytest"),
+}
+
+READ_BACK = '''\
+def pytest_report_header(config):
+    return f"rounds={config.getini('evolve_rounds')!r} model={config.getini('evolve_model')!r}"
+'''
+
+
+@pytest.mark.parametrize("shape", list(CONFIGS))
+def test_init_writes_keys_pytest_then_reads(project: Path, shape: str) -> None:
+    """Every config shape pytest 9 reads: init writes there, pytest loads it, comments stay."""
+    import subprocess
+    import sys
+
+    name = shape.split(" ")[0]
+    content, section = CONFIGS[shape]
+    for other in ("pytest.ini", "pyproject.toml", "setup.cfg", "tox.ini", "pytest.toml"):
+        (project / other).unlink(missing_ok=True)
+    write(project / name, content)
+    write(project / "conftest.py", READ_BACK)
+
+    code, out, err = run_init(project, "--rounds", "3", "--model", "openai:gpt-5")
+
+    assert code == 0, out + err
+    assert f"in {name} [{section}]" in out
+    text = (project / name).read_text(encoding="utf-8")
+    assert "# keep me" in text
+    assert not (project / "pytest.ini").exists() or name == "pytest.ini"
+    ran = subprocess.run([sys.executable, "-m", "pytest", "--co", "-p", "no:cacheprovider",
+                          "-p", "no:randomly"], cwd=project, capture_output=True, text=True,
+                         check=False, timeout=120)
+    assert ran.returncode in (0, 5), ran.stdout + ran.stderr  # 4 would be a config error
+    assert "rounds=3 model='openai:gpt-5'" in ran.stdout, ran.stdout + ran.stderr
+
+
+def test_pytest_toml_comes_before_pytest_ini(tmp_path: Path) -> None:
+    write(tmp_path / "pytest.ini", "[pytest]\n")
+    write(tmp_path / ".pytest.toml", "")  # empty: pytest still takes it
+    assert find_inifile(tmp_path) == IniFile(tmp_path / ".pytest.toml", "pytest")
+    write(tmp_path / "pytest.toml", "[pytest]\n")
+    assert find_inifile(tmp_path) == IniFile(tmp_path / "pytest.toml", "pytest")

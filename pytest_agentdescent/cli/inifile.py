@@ -3,11 +3,14 @@
 ``agentdescent init`` writes tuning keys into whatever file the project already
 uses, and the pre-commit dry run reads ``evolve_paths`` from it.  Both must agree
 with pytest about *which* file that is, so :func:`find_inifile` follows pytest's
-own search (per directory: ``pytest.ini``, ``.pytest.ini``, ``pyproject.toml``
-with a pytest table, ``tox.ini`` with ``[pytest]``, ``setup.cfg`` with
-``[tool:pytest]``; nearest directory first).  Edits are line-level: a user's
-comments, ordering and formatting stay as they were; only the lines of the keys
-being set are written.
+own search (per directory: ``pytest.toml``, ``.pytest.toml``, ``pytest.ini``,
+``.pytest.ini``, ``pyproject.toml`` with a pytest table, ``tox.ini`` with
+``[pytest]``, ``setup.cfg`` with ``[tool:pytest]``; nearest directory first).
+Edits keep a user's comments, ordering and formatting: ini files are edited
+line by line, TOML files through ``tomlkit``; only the keys being set change.
+Tables pytest reads in TOML mode (``pytest.toml``'s ``[pytest]``, pyproject's
+``[tool.pytest]``) get typed values (``evolve_rounds = 10``): pytest 9 refuses a
+string there for an integer key.
 """
 
 from __future__ import annotations
@@ -21,15 +24,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import tomlkit
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10: pytest itself depends on tomli there
     import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
 
-__all__ = ["IniFile", "find_inifile", "new_pytest_ini", "set_keys"]
+__all__ = ["IniFile", "Value", "find_inifile", "new_pytest_ini", "set_keys"]
 
 #: (file name, section header) in pytest's order of preference within one directory.
 _CANDIDATES: tuple[tuple[str, str], ...] = (
+    ("pytest.toml", "pytest"),
+    (".pytest.toml", "pytest"),
     ("pytest.ini", "pytest"),
     (".pytest.ini", "pytest"),
     ("pyproject.toml", "tool.pytest.ini_options"),
@@ -43,7 +50,8 @@ class IniFile:
     """A pytest configuration file and the section (table) holding pytest's keys.
 
     ``section`` is ``tool.pytest.ini_options`` or ``tool.pytest`` for
-    ``pyproject.toml`` (TOML syntax), else an ini section name.
+    ``pyproject.toml``, ``pytest`` for ``pytest.toml`` (TOML syntax), else an ini
+    section name.
     """
 
     path: Path
@@ -51,7 +59,12 @@ class IniFile:
 
     @property
     def is_toml(self) -> bool:
-        return self.path.name == "pyproject.toml"
+        return self.path.suffix == ".toml"
+
+    @property
+    def typed(self) -> bool:
+        """Whether pytest reads this table in TOML mode, with native value types."""
+        return self.is_toml and self.section in ("tool.pytest", "pytest")
 
     def read(self) -> dict[str, Any]:
         """The keys of the pytest section, as the file gives them (strings for ini files)."""
@@ -110,8 +123,8 @@ def find_inifile(start: Path, stop: Path | None = None) -> IniFile | None:
             path = current / name
             if not path.is_file():
                 continue
-            if name in ("pytest.ini", ".pytest.ini"):
-                return IniFile(path, section)
+            if name in ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini"):
+                return IniFile(path, section)  # pytest uses these even when empty
             if name == "pyproject.toml":
                 found = _toml_section(path)
                 if found is not None:
@@ -132,25 +145,25 @@ def new_pytest_ini(directory: Path) -> IniFile:
 
 # ---------------------------------------------------------------- editing
 
-def _render(ini: IniFile, key: str, value: str | Sequence[str]) -> list[str]:
-    """The lines of ``key = value`` in the file's syntax."""
-    words = [value] if isinstance(value, str) else list(value)
-    if ini.is_toml:
-        if ini.section == "tool.pytest" and not isinstance(value, str):
-            items = ", ".join(_toml_string(w) for w in words)
-            return [f"{key} = [{items}]"]
-        return [f"{key} = {_toml_string(' '.join(words))}"]
-    return [f"{key} = {' '.join(words)}"]
+#: A value to write: text, a list of words (``args`` / ``linelist`` keys) or a number.
+Value = str | int | float | bool | Sequence[str]
 
 
-def _toml_string(text: str) -> str:
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{escaped}"'
+def _words(value: Value) -> list[str]:
+    if isinstance(value, bool):
+        return ["true" if value else "false"]
+    if isinstance(value, (str, int, float)):
+        return [str(value)]
+    return [str(word) for word in value]
 
 
-def _section_bounds(lines: list[str], ini: IniFile) -> tuple[int, int] | None:
+def _ini_line(key: str, value: Value) -> str:
+    return f"{key} = {' '.join(_words(value))}"
+
+
+def _section_bounds(lines: list[str], section: str) -> tuple[int, int] | None:
     """Index of the section's header line and of the line after its last line."""
-    header = re.compile(rf"^\s*\[{re.escape(ini.section)}\]\s*(#.*)?$")
+    header = re.compile(rf"^\s*\[{re.escape(section)}\]\s*(#.*)?$")
     any_header = re.compile(r"^\s*\[")
     start = next((i for i, line in enumerate(lines) if header.match(line)), None)
     if start is None:
@@ -160,56 +173,37 @@ def _section_bounds(lines: list[str], ini: IniFile) -> tuple[int, int] | None:
     return start, end
 
 
-def _key_span(lines: list[str], ini: IniFile, key: str, start: int, end: int
-              ) -> tuple[int, int] | None:
-    """Lines [first, last) holding ``key`` and its value inside the section."""
-    pattern = re.compile(rf"^{re.escape(key)}\s*[=:]" if not ini.is_toml
-                         else rf"^\s*{re.escape(key)}\s*=")
+def _key_span(lines: list[str], key: str, start: int, end: int) -> tuple[int, int] | None:
+    """Lines [first, last) holding ``key`` and its continuation lines inside the section."""
+    pattern = re.compile(rf"^{re.escape(key)}\s*[=:]")
     first = next((i for i in range(start + 1, end) if pattern.match(lines[i])), None)
     if first is None:
         return None
     last = first + 1
-    if ini.is_toml:
-        # A multi-line value (an array) runs until the accumulated text parses.
-        while last < end:
-            try:
-                tomllib.loads("".join(lines[first:last]))
-                break
-            except tomllib.TOMLDecodeError:
-                last += 1
-    else:
-        while last < end and lines[last][:1] in (" ", "\t") and lines[last].strip():
-            last += 1
+    while last < end and lines[last][:1] in (" ", "\t") and lines[last].strip():
+        last += 1
     return first, last
 
 
-def set_keys(ini: IniFile, values: Mapping[str, str | Sequence[str]], *, force: bool
-             ) -> tuple[list[str], list[str]]:
-    """Write ``values`` into the pytest section of ``ini``, touching only their lines.
-
-    Returns (keys written, keys already present and left alone).  Without
-    ``force`` nothing is written when any key is present (the caller reports
-    them); with it present keys are replaced in place and new ones appended
-    after the section's last non-blank line.
-    """
+def _set_ini_keys(ini: IniFile, values: Mapping[str, Value], force: bool
+                  ) -> tuple[list[str], list[str]]:
     text = ini.path.read_text(encoding="utf-8")
     newline = "\r\n" if "\r\n" in text else "\n"
     lines = text.splitlines(keepends=True)
     if lines and not lines[-1].endswith(("\n", "\r")):
         lines[-1] += newline
-    bounds = _section_bounds(lines, ini)
+    bounds = _section_bounds(lines, ini.section)
     if bounds is None:
-        header = f"[{ini.section}]{newline}"
-        lines += ([newline] if lines else []) + [header]
+        lines += ([newline] if lines else []) + [f"[{ini.section}]{newline}"]
         bounds = (len(lines) - 1, len(lines))
     start, end = bounds
-    present = [key for key in values if _key_span(lines, ini, key, start, end) is not None]
+    present = [key for key in values if _key_span(lines, key, start, end) is not None]
     if present and not force:
         return [], present
     appended: list[str] = []
     for key, value in values.items():
-        rendered = [line + newline for line in _render(ini, key, value)]
-        span = _key_span(lines, ini, key, start, end)
+        rendered = [_ini_line(key, value) + newline]
+        span = _key_span(lines, key, start, end)
         if span is not None:
             first, last = span
             lines[first:last] = rendered
@@ -223,3 +217,43 @@ def set_keys(ini: IniFile, values: Mapping[str, str | Sequence[str]], *, force: 
         lines[insert_at:insert_at] = appended
     ini.path.write_text("".join(lines), encoding="utf-8", newline="")
     return list(values), present
+
+
+def _toml_value(ini: IniFile, value: Value) -> object:
+    """``value`` as the table wants it: native types in TOML mode, else a string."""
+    if not ini.typed:
+        return " ".join(_words(value))  # [tool.pytest.ini_options] holds ini strings
+    if isinstance(value, (str, int, float, bool)):
+        return value
+    return list(value)
+
+
+def _set_toml_keys(ini: IniFile, values: Mapping[str, Value], force: bool
+                   ) -> tuple[list[str], list[str]]:
+    doc = tomlkit.parse(ini.path.read_text(encoding="utf-8"))
+    table: Any = doc
+    for part in ini.section.split("."):
+        if part not in table:
+            table[part] = tomlkit.table(is_super_table=part != ini.section.split(".")[-1])
+        table = table[part]
+    present = [key for key in values if key in table]
+    if present and not force:
+        return [], present
+    for key, value in values.items():
+        table[key] = _toml_value(ini, value)
+    ini.path.write_text(tomlkit.dumps(doc), encoding="utf-8", newline="")
+    return list(values), present
+
+
+def set_keys(ini: IniFile, values: Mapping[str, Value], *, force: bool
+             ) -> tuple[list[str], list[str]]:
+    """Write ``values`` into the pytest section of ``ini``, touching only their keys.
+
+    Returns (keys written, keys already present and left alone).  Without
+    ``force`` nothing is written when any key is present (the caller reports
+    them); with it present keys are replaced in place and new ones appended
+    at the section's end.
+    """
+    if ini.is_toml:
+        return _set_toml_keys(ini, values, force)
+    return _set_ini_keys(ini, values, force)

@@ -17,7 +17,13 @@ from pathlib import Path
 
 import click
 
-from pytest_agentdescent.cli.inifile import IniFile, find_inifile, new_pytest_ini, set_keys
+from pytest_agentdescent.cli.inifile import (
+    IniFile,
+    Value,
+    find_inifile,
+    new_pytest_ini,
+    set_keys,
+)
 from pytest_agentdescent.cli.project import repo_root
 
 __all__ = ["ACTION_REF", "DEFAULT_SCHEDULE", "WORKFLOW_PATH", "init", "render_workflow"]
@@ -109,8 +115,8 @@ def _check_cron(schedule: str) -> str:
     return " ".join(fields)
 
 
-def _ini_values(rounds: int, model: str | None) -> dict[str, str]:
-    values = {"evolve_rounds": str(rounds)}
+def _ini_values(rounds: int, model: str | None) -> dict[str, Value]:
+    values: dict[str, Value] = {"evolve_rounds": rounds}
     if model:
         values["evolve_model"] = model
     return values
