@@ -11,6 +11,7 @@ if [ -z "$base_python" ]; then
 fi
 venv="${RUNNER_TEMP:?RUNNER_TEMP is not set}/agentdescent-venv"
 
+echo "::group::Install pytest-agentdescent"
 "$base_python" -m venv --system-site-packages "$venv"
 if [ -x "$venv/bin/python" ]; then
   python="$venv/bin/python"
@@ -19,5 +20,6 @@ else
 fi
 "$python" -m pip install --disable-pip-version-check --quiet "${GITHUB_ACTION_PATH:?GITHUB_ACTION_PATH is not set}"
 "$python" -c "import pytest_agentdescent.cli"
+echo "::endgroup::"
 echo "python=$python" >> "${GITHUB_OUTPUT:?GITHUB_OUTPUT is not set}"
 echo "installed pytest-agentdescent into $venv" >&2

@@ -79,10 +79,14 @@ def _reward(value: object) -> str:
 
 
 def evolve() -> int:
-    """Run the evolution; write reward-before / reward-after; return pytest's exit code."""
+    """Run the evolution; write its outputs (rewards, cost, report); return pytest's exit code."""
     root = repo_root()
     command = evolve_command()
-    code = subprocess.run(command, check=False).returncode
+    print("::group::Evolve: agentdescent run (pytest --evolve), one line per round", flush=True)
+    try:
+        code = subprocess.run(command, check=False).returncode
+    finally:
+        print("::endgroup::", flush=True)
     report_path = _state_dir(root) / "report.json"
     report: dict[str, Any] = {}
     if report_path.is_file():
@@ -95,6 +99,7 @@ def evolve() -> int:
         "reward-before": _reward(report.get("reward_before")),
         "reward-after": _reward(report.get("reward_after")),
         "report": str(report_path) if report else "",
+        "cost-usd": _reward(report.get("cost_usd")),
     }
     if not set_outputs(outputs):
         print(json.dumps(outputs))

@@ -47,8 +47,17 @@ def test_is_a_composite_action_with_the_documented_inputs_and_outputs() -> None:
         "pytest-args", "dry-run", "labels", "draft", "branch-prefix", "github-token"}
     assert ACTION["inputs"]["github-token"]["default"] == "${{ github.token }}"
     assert ACTION["inputs"]["branch-prefix"]["default"] == "agentdescent/"
-    assert set(ACTION["outputs"]) == {"pr-number", "pr-url", "pr-operation", "reward-before",
-                                      "reward-after"}
+    assert set(ACTION["outputs"]) == {
+        "pull-request-number", "pull-request-url", "pull-request-operation",
+        "pull-request-head-sha", "pull-request-branch", "pr-number", "pr-url", "pr-operation",
+        "report", "reward-before", "reward-after", "cost-usd"}
+    # the old names are aliases of create-pull-request's, not outputs of their own
+    for old in ("number", "url", "operation"):
+        assert ACTION["outputs"][f"pr-{old}"]["value"] == \
+            ACTION["outputs"][f"pull-request-{old}"]["value"]
+    for step in STEPS:  # third-party actions are pinned to a commit
+        uses = step.get("uses", "")
+        assert not uses or re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", uses), uses
     for spec in ACTION["inputs"].values():
         assert spec["description"]
 
@@ -265,8 +274,14 @@ def test_two_scheduled_sessions_open_then_update_one_pull_request(
         assert runner.steps["__0"].outcome == "skipped"  # no python-version: no setup-python
         out = runner.outputs()
         assert out["pr-operation"] == "created", log
-        assert out["pr-number"] == "1"
+        assert out["pr-number"] == out["pull-request-number"] == "1"
         assert out["pr-url"] == f"https://github.test/{REPO}/pull/1"
+        assert out["pull-request-branch"] == "agentdescent/stable"
+        assert out["pull-request-head-sha"] == user_git(repo, "rev-parse", "agentdescent/stable")
+        assert out["report"].endswith("report.json")
+        evolve_log = runner.steps["evolve"].stdout
+        assert evolve_log.startswith("::group::Evolve"), log
+        assert "::endgroup::" in evolve_log
         before, after = float(out["reward-before"]), float(out["reward-after"])
         assert before < after == 1.0
         assert sorted(server.pulls[1]["labels"]) == ["agentdescent", "nightly"]

@@ -54,6 +54,7 @@ class PullRequestOutcome:
     the push moved the remote branch.  ``message``: one line for people.
     ``body``: the pull request body that was sent (None for ``closed`` /
     ``none``), e.g. for ``$GITHUB_STEP_SUMMARY``; left out of :meth:`to_json`.
+    ``head_sha``: the commit of ``branch`` that was published.
     """
 
     operation: str
@@ -64,6 +65,7 @@ class PullRequestOutcome:
     pushed: bool
     message: str
     body: str | None = field(default=None, repr=False, compare=False)
+    head_sha: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -162,7 +164,7 @@ def _publish(handle: GitRemote, *, token: str, api_url: str, repository: str | N
         if reason is not None:
             if pull is None:
                 return PullRequestOutcome("none", None, None, branch, base, pushed,
-                                          f"no pull request: {reason}")
+                                          f"no pull request: {reason}", head_sha=stable_sha)
             number = int(pull["number"])
             client.comment(number, (
                 f"Closing: `{branch}` ({stable_sha[:12]}) has no changes to propose against "
@@ -171,7 +173,8 @@ def _publish(handle: GitRemote, *, token: str, api_url: str, repository: str | N
             closed = client.update_pull(number, state="closed")
             url = str(closed.get("html_url") or pull.get("html_url") or "") or None
             return PullRequestOutcome("closed", number, url, branch, base, pushed,
-                                      f"closed pull request #{number}: {reason}")
+                                      f"closed pull request #{number}: {reason}",
+                                      head_sha=stable_sha)
         versions = [version_entry(r) for r in _lineage(handle, base_sha, stable_sha)]
         command = review_command or default_review_command(base_sha, stable_sha, report)
         body = render_pr_body(report, ledger_versions=versions, diffstat=diffstat,
@@ -186,14 +189,16 @@ def _publish(handle: GitRemote, *, token: str, api_url: str, repository: str | N
             client.add_labels(number, labels)
             url = str(updated.get("html_url") or pull.get("html_url") or "") or None
             return PullRequestOutcome("updated", number, url, branch, base, pushed,
-                                      f"updated pull request #{number}: {url}", body)
+                                      f"updated pull request #{number}: {url}", body,
+                                      head_sha=stable_sha)
         created = client.create_pull(title=title, head=f"{owner}:{branch}", base=base, body=body,
                                      draft=draft)
         number = int(created["number"])
         client.add_labels(number, labels)
         url = str(created.get("html_url") or "") or None
         return PullRequestOutcome("created", number, url, branch, base, pushed,
-                                  f"created pull request #{number}: {url}", body)
+                                  f"created pull request #{number}: {url}", body,
+                                  head_sha=stable_sha)
 
 
 def _proposal(handle: GitRemote, base_sha: str, stable_sha: str

@@ -97,8 +97,8 @@ def render_workflow(*, paths: Sequence[str], schedule: str, model: str | None,
         "      - name: Result\n"
         "        shell: bash\n"
         "        env:\n"
-        "          OPERATION: ${{ steps.agentdescent.outputs.pr-operation }}\n"
-        "          URL: ${{ steps.agentdescent.outputs.pr-url }}\n"
+        "          OPERATION: ${{ steps.agentdescent.outputs.pull-request-operation }}\n"
+        "          URL: ${{ steps.agentdescent.outputs.pull-request-url }}\n"
         "          BEFORE: ${{ steps.agentdescent.outputs.reward-before }}\n"
         "          AFTER: ${{ steps.agentdescent.outputs.reward-after }}\n"
         '        run: echo "reward $BEFORE -> $AFTER; pull request $OPERATION $URL"\n'

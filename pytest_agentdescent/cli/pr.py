@@ -2,8 +2,10 @@
 
 Run after an evolution (locally, or by the Action after ``pytest --evolve``).
 The body is built from the last run's ``report.json`` when there is one.  In
-GitHub Actions the outcome is also written as step outputs (``pr-number``,
-``pr-url``, ``pr-operation``).  The token comes from ``GITHUB_TOKEN`` and is
+GitHub Actions the outcome is also written as step outputs, with
+peter-evans/create-pull-request's names (``pull-request-number``, ``-url``,
+``-operation``, ``-head-sha``, ``-branch``) and the older ``pr-number``,
+``pr-url``, ``pr-operation``.  The token comes from ``GITHUB_TOKEN`` and is
 never echoed: errors are :class:`GitHubError` messages, which never hold it.
 """
 
@@ -79,8 +81,14 @@ def pr(base: str | None, draft: bool, labels: tuple[str, ...], remote: str, pref
             labels=labels or (DEFAULT_LABEL,), report=report_data)
     except AgentDescentError as exc:
         raise click.ClickException(str(exc)) from None
-    set_outputs({
-        "pr-number": "" if outcome.number is None else outcome.number,
+    number = "" if outcome.number is None else outcome.number
+    set_outputs({  # create-pull-request's names, and our first names as aliases
+        "pull-request-number": number,
+        "pull-request-url": outcome.url or "",
+        "pull-request-operation": outcome.operation,
+        "pull-request-head-sha": outcome.head_sha or "",
+        "pull-request-branch": outcome.branch,
+        "pr-number": number,
         "pr-url": outcome.url or "",
         "pr-operation": outcome.operation,
     })
