@@ -71,9 +71,13 @@ def test_creates_then_updates_one_pull_request(clean_user_repo: UserRepo, remote
         assert sorted(pull["labels"]) == ["agents", "bot"]
         assert "0.25" in pull["body"]
         assert "0.75" in pull["body"]
-        assert read_outputs(outputs) == {"pr-number": "1", "pr-operation": "created",
-                                         "pr-url": f"https://github.test/{REPO}/pull/1"}
         stable = clean_user_repo.git("rev-parse", "agentdescent/stable")
+        url = f"https://github.test/{REPO}/pull/1"
+        assert read_outputs(outputs) == {
+            "pull-request-number": "1", "pull-request-operation": "created",
+            "pull-request-url": url, "pull-request-head-sha": stable,
+            "pull-request-branch": "agentdescent/stable",
+            "pr-number": "1", "pr-operation": "created", "pr-url": url}
         assert user_git(remote, "rev-parse", "agentdescent/stable") == stable
 
         evolve(clean_user_repo.path, ["Close politely."])
