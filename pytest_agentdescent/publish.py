@@ -42,6 +42,5 @@ def publish(root: Path, settings: EvolveSettings, report: Mapping[str, Any]) -> 
     except GitHubError as exc:
         return Published({"operation": "failed", "error": str(exc)},
                          f"pull request: failed: {exc}", failed=True)
-    set_outputs({"pr-number": outcome.number or "", "pr-url": outcome.url or "",
-                 "pr-operation": outcome.operation})
+    set_outputs(outcome.step_outputs())
     return Published(outcome.to_json(), f"pull request: {outcome.message}")

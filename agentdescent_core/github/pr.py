@@ -72,6 +72,17 @@ class PullRequestOutcome:
         del data["body"]
         return data
 
+    def step_outputs(self) -> dict[str, str]:
+        """The GitHub Actions step outputs: create-pull-request's names, then our aliases."""
+        number = "" if self.number is None else str(self.number)
+        url = self.url or ""
+        return {
+            "pull-request-number": number, "pull-request-url": url,
+            "pull-request-operation": self.operation,
+            "pull-request-head-sha": self.head_sha or "", "pull-request-branch": self.branch,
+            "pr-number": number, "pr-url": url, "pr-operation": self.operation,
+        }
+
 
 def publish_pull_request(
     repo_root: str | os.PathLike[str],

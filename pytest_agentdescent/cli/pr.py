@@ -81,17 +81,7 @@ def pr(base: str | None, draft: bool, labels: tuple[str, ...], remote: str, pref
             labels=labels or (DEFAULT_LABEL,), report=report_data)
     except AgentDescentError as exc:
         raise click.ClickException(str(exc)) from None
-    number = "" if outcome.number is None else outcome.number
-    set_outputs({  # create-pull-request's names, and our first names as aliases
-        "pull-request-number": number,
-        "pull-request-url": outcome.url or "",
-        "pull-request-operation": outcome.operation,
-        "pull-request-head-sha": outcome.head_sha or "",
-        "pull-request-branch": outcome.branch,
-        "pr-number": number,
-        "pr-url": outcome.url or "",
-        "pr-operation": outcome.operation,
-    })
+    set_outputs(outcome.step_outputs())
     if as_json:
         click.echo(json.dumps(outcome.to_json(), indent=2, sort_keys=True))
         return
