@@ -14,6 +14,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from conftest import clone_working_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,8 +23,10 @@ pytestmark = pytest.mark.slow
 
 def test_the_sdist_holds_the_suite_and_collects_it(tmp_path: Path) -> None:
     pytest.importorskip("build")
+    # from a clean copy: a checkout's stale *.egg-info/SOURCES.txt would fill the gaps
+    source = clone_working_tree(ROOT, tmp_path / "checkout")
     built = subprocess.run([sys.executable, "-m", "build", "--sdist", "--outdir",
-                            str(tmp_path / "dist"), str(ROOT)],
+                            str(tmp_path / "dist"), str(source)],
                            capture_output=True, text=True, timeout=600, check=False)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     assert "license" not in built.stderr.lower() or "deprecat" not in built.stderr.lower(), \
