@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -543,12 +544,11 @@ class EvolveSession:
         failed = bool(report.get("error"))
         out.sep("agentdescent summary", "-", red=failed, green=improved and not failed,
                 yellow=not improved and not failed)
-        root = self.plan.layout.root if self.plan is not None else Path.cwd()
-        try:
-            shown = self.report_path.relative_to(root).as_posix()
-        except ValueError:
-            shown = str(self.report_path)
-        out.lines(summary_lines(report, report_path=f"{shown} (and report.md)"))
+        # relative to where the user ran pytest, so it can be opened as printed
+        here = self.config.invocation_params.dir
+        shown = os.path.relpath(self.report_path, here)
+        out.lines(summary_lines(report, report_path=f"{shown} (and report.md)",
+                                prefix=self.settings.branch_prefix))
         if self.pr_line is not None:
             out.line(self.pr_line, red=self._pr_failed)
         runs = int(report.get("test_runs") or 0)

@@ -163,7 +163,8 @@ def _r(value: object) -> str:
     return "–" if not isinstance(value, (int, float)) else f"{float(value):.3f}"
 
 
-def summary_lines(report: Mapping[str, Any], *, report_path: str) -> list[str]:
+def summary_lines(report: Mapping[str, Any], *, report_path: str,
+                  prefix: str = "agentdescent/") -> list[str]:
     """The final table: reward before -> after, train/holdout, flips, commits, stop reason."""
     before, after = report.get("reward_before"), report.get("reward_after")
     if before is None and after is None:
@@ -208,7 +209,24 @@ def summary_lines(report: Mapping[str, Any], *, report_path: str) -> list[str]:
     if report.get("error"):
         lines.append(f"error     {report['error']}")
     lines.append(f"report    {report_path}")
+    lines.extend(_next_steps(report, prefix))
     return lines
+
+
+def _next_steps(report: Mapping[str, Any], prefix: str) -> list[str]:
+    """What the user can do with this run's result, as commands to type."""
+    if report.get("error"):
+        return []
+    if report.get("dry_run"):
+        if not report.get("accepted"):
+            return []
+        return ["next      run again without --evolve-dry-run to record the accepted "
+                f"versions on {prefix}dev"]
+    if not report.get("stable"):
+        return []
+    return [f"next      git diff HEAD {prefix}stable  (what a pull request would propose);",
+            "          agentdescent review  (the evidence); agentdescent pr  (open or "
+            "update it)"]
 
 
 def evolved_diff(before: Mapping[str, str], after: Mapping[str, str]) -> list[str]:

@@ -297,6 +297,8 @@ def test_dry_run_changes_no_ref_and_prints_the_evolved_diff(tmp_path: Path) -> N
     assert report["stable"] is None
     assert report["reward_after"] == 1.0 > report["reward_before"]
     assert "+- hello: answer it" in report["diff"]
+    assert "next      run again without --evolve-dry-run to record the accepted versions on " \
+        "agentdescent/dev" in result.stdout
 
 
 def test_monorepo_project_in_a_subdirectory(tmp_path: Path) -> None:
@@ -323,6 +325,10 @@ def test_monorepo_project_in_a_subdirectory(tmp_path: Path) -> None:
     assert report["reward_after"] == 1.0
     assert report["tasks"][0]["nodeid"].startswith("tests/test_bot.py::")
     assert not (project / ".agentdescent").exists()
+    # the paths it prints open from where the user ran it; then what to do next
+    assert "report    ../../.agentdescent/report.json (and report.md)" in result.stdout
+    assert "next      git diff HEAD agentdescent/stable" in result.stdout
+    assert "agentdescent review" in result.stdout
 
 
 def test_a_proposer_editing_tests_config_or_outside_the_roots_gets_nothing_accepted(
