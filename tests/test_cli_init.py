@@ -33,9 +33,10 @@ def run_init(project: Path, *args: str) -> tuple[int, str, str]:
 
 
 def test_writes_a_scheduled_workflow_with_permissions_and_concurrency(project: Path) -> None:
-    code, out, _ = run_init(project, "--model", "anthropic:claude-sonnet-4-5",
-                            "--schedule", "0 3 * * *")
+    code, out, err = run_init(project, "--model", "anthropic:claude-sonnet-4-5",
+                              "--schedule", "0 3 * * *")
     assert code == 0
+    assert "add ANTHROPIC_API_KEY as a repository secret" in err
     assert "wrote .github/workflows/agentdescent.yml" in out
     text = (project / ".github/workflows/agentdescent.yml").read_text(encoding="utf-8")
     flow = yaml.safe_load(text)
@@ -139,8 +140,10 @@ def test_missing_artifact_root_and_bad_options(project: Path) -> None:
 
 
 def test_several_roots_and_a_file_root(project: Path) -> None:
-    code, _, _ = run_init(project, "--paths", "skills/greet", "--paths", "AGENTS.md")
+    code, _, err = run_init(project, "--paths", "skills/greet", "--paths", "AGENTS.md")
     assert code == 0
+    assert "secret" not in err  # no --model: the conftest hook proposes, no key is needed
+    assert "agentdescent check skills/greet/ AGENTS.md" in err
     flow = yaml.safe_load((project / ".github/workflows/agentdescent.yml").read_text())
     action = next(s for s in flow["jobs"]["evolve"]["steps"] if s.get("id") == "agentdescent")
     assert action["with"]["paths"] == "skills/greet/ AGENTS.md"

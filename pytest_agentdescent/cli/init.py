@@ -186,6 +186,8 @@ def init(paths: tuple[str, ...], schedule: str, model: str | None, rounds: int, 
     written, _ = set_keys(ini, values, force=True)
     where = ini.path.relative_to(root).as_posix()
     click.echo(f"set {', '.join(written)} in {where} [{ini.section}]")
+    secret = (f"add {_KEY_VARIABLES[model.partition(':')[0]]} as a repository secret, "
+              if model else "")
     click.echo(f"next: check the setup with `agentdescent check {' '.join(rel_paths)}`, commit "
-               "both files, add the model's API key as a repository secret, and allow GitHub "
-               "Actions to create pull requests (see docs/ci.md)", err=True)
+               f"both files, {secret}and allow GitHub Actions to create pull requests "
+               "(see docs/ci.md)", err=True)
