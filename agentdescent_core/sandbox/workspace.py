@@ -405,13 +405,15 @@ class Workspace:
             out = runner.execute(
                 ["git", "-c", "core.fsmonitor=false", "-c", "core.untrackedCache=false",
                  "ls-files", "--others", "--ignored", "--exclude-standard", "--directory",
-                 "-z"], strip_newline_in_stdout=False)
+                 "-z"], strip_newline_in_stdout=False, stdout_as_string=False)
         except GitCommandError as exc:
             raise WorkspaceError(
                 f"could not list the ignored files of {work_tree!r} for the workspace: "
                 f"{str(exc.stderr or exc).strip()}; check that git can read that repository"
             ) from None
-        listed = out if isinstance(out, str) else str(out)
+        # A name that is not UTF-8 keeps its bytes as surrogates, which normalise_path refuses.
+        raw = out if isinstance(out, bytes) else str(out).encode("utf-8", "surrogateescape")
+        listed = raw.decode("utf-8", "surrogateescape")
         total = 0
         for path in sorted(p for p in listed.split("\0") if p and not p.endswith("/")):
             why = self._ignored_refusal(path, entries)
