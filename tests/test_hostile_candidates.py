@@ -8,7 +8,10 @@ after each attack the clean skill must evaluate as before: the run goes on.
 
 ``local`` has no filesystem isolation, so there the frozen-file check and the
 scan of the user's repository are the defence (*detected*); ``bwrap`` and
-``docker`` must stop the same writes outright (*blocked*).
+``docker`` must stop the same writes to committed files outright (*blocked*).
+A new ``conftest.py`` or pytest config is *detected* under every backend: tests
+may create files in the workspace as under plain pytest, so no mount can refuse
+one by its name.
 """
 
 from __future__ import annotations
@@ -115,15 +118,18 @@ def rows(host: Host) -> list[Row]:
             attack('(ROOT / "tests/test_greeter.py").write_text("def test_greets():\\n'
                    '    assert True\\n")'),
             detected_under=("local",)),
+        # Tests may create files anywhere in the workspace (as under plain pytest), so a
+        # new conftest.py or pytest config cannot be blocked by a read-only mount: it is
+        # detected (frozen-violation) under every backend; committed files stay blocked.
         Row("add-conftest-at-root",
             attack('(ROOT / "conftest.py").write_text("import os\\n")'),
-            detected_under=("local",)),
+            detected_under=("local", "bwrap", "docker")),
         Row("add-conftest-in-artifact",
             attack('(ROOT / "skills/greeter/conftest.py").write_text("import os\\n")'),
             detected_under=("local", "bwrap", "docker")),
         Row("add-pytest-ini",
             attack('(ROOT / "tests/pytest.ini").write_text("[pytest]\\n")'),
-            detected_under=("local",)),
+            detected_under=("local", "bwrap", "docker")),
         Row("write-user-repository",
             attack(f'pathlib.Path({str(host.repo)!r}, "{leak}").write_text("x")'),
             detected_under=("local",)),

@@ -54,7 +54,14 @@ from agentdescent_core.evaluation.records import (
 from agentdescent_core.sandbox.env import DEFAULT_ENV_ALLOWLIST, child_environment
 from agentdescent_core.sandbox.interpreter import interpreter_paths, package_root
 from agentdescent_core.sandbox.snapshot import remove_tree
-from agentdescent_core.sandbox.spec import Backend, Limits, Network, RunResult, RunSpec
+from agentdescent_core.sandbox.spec import (
+    Backend,
+    Limits,
+    Network,
+    RunResult,
+    RunSpec,
+    WorkspaceWrites,
+)
 
 __all__ = [
     "DEFAULT_OUTPUT_CHARS",
@@ -210,6 +217,7 @@ def run_tests(
     state_dir: Path,
     writable: Sequence[Path] = (),
     redact: Callable[[str], str] = str,
+    workspace_writes: WorkspaceWrites | None = None,
 ) -> ChildOutcome:
     """Run the planned tests in ``workspace_root``; see the module docstring.
 
@@ -220,7 +228,8 @@ def run_tests(
     ``scratch`` is a fresh per-run directory (HOME, TMPDIR, the journal and the
     plan file of each child live in it); ``state_dir`` is the worker's
     directory that outlives runs (pytest's cache under ``pytest-cache``);
-    ``writable`` are the artifact paths.  The child writes no bytecode: a
+    ``writable`` are the artifact paths; ``workspace_writes`` lets the tests
+    write into the rest of the copy (see :class:`RunSpec`).  The child writes no bytecode: a
     bytecode cache it could write is one a candidate could plant a forged
     ``.pyc`` in for the next child to load (see ``sandbox/workspace.py``).  Raises
     BackendError only when the sandbox itself cannot be set up.
@@ -286,6 +295,7 @@ def run_tests(
             hidden=tuple(config.hidden),
             network=config.network,
             limits=config.limits,
+            workspace_writes=workspace_writes,
         )
         result = config.backend.run(spec)
         lines = _read_journal(journal, key.encode())

@@ -484,7 +484,8 @@ class SandboxedVerifier:
                     outcome = run_tests(workspace.root / self.subdir, plan, self._config,
                                         scratch=scratch, state_dir=workspace.state_dir,
                                         writable=workspace.writable_paths(),
-                                        redact=self._redact)
+                                        redact=self._redact,
+                                        workspace_writes=workspace.writes())
                 except BackendError:
                     if attempt + 1 >= _RUN_ATTEMPTS:
                         workspace.check()

@@ -16,11 +16,14 @@ order; a deeper path is mounted after the shallower ones that contain it:
    whole-sandbox memory ceiling (see :mod:`agentdescent_core.sandbox.memwatch`);
 3. the ``readable`` paths (interpreter, virtualenv, ``sys.path``) read-only;
 4. the workspace read-only at its own path (it lives under the host's temp
-   dir: it is bound on top of the private ``/tmp``);
+   dir: it is bound on top of the private ``/tmp``) — or, when the spec has
+   ``workspace_writes``, the whole workspace copy read-write;
 5. the ``writable`` paths, the scratch directory and ``extra_writable`` bound
-   read-write.  Scratch and ``extra_writable`` directories are created when
-   missing; a ``writable`` path (file or directory) that does not exist yet is
-   not bound, so nothing can be created there: create artifact roots first.
+   read-write, then each ``workspace_writes.protected`` file read-only on top
+   (a write, unlink or rename of one fails with ``EROFS``/``EBUSY``).
+   Scratch and ``extra_writable`` directories are created when missing; a
+   ``writable`` path (file or directory) that does not exist yet is not bound,
+   so nothing can be created there: create artifact roots first.
 
 A ``hidden`` path that lies inside one of these mounts is covered by an empty
 tmpfs (a file by an empty read-only one) unless a ``readable`` path re-exposes
@@ -76,7 +79,7 @@ _HIDDEN_TMPFS_BYTES = _MIB  # room for the mount points of binds inside a hidden
 _NETWORK_ETC = ("/etc/resolv.conf", "/etc/hosts")
 
 # Sort ranks of the mounts at one depth: a later rank is mounted on top.
-_HIDE, _READ, _WORKSPACE, _WRITE = range(4)
+_HIDE, _READ, _WORKSPACE, _WRITE, _PROTECT = range(5)
 
 
 def _existing(paths: Iterable[Path]) -> list[Path]:
@@ -203,7 +206,15 @@ class BwrapBackend(ProbedOnce):
         for path in _existing(spec.readable):
             mounts.append((_depth(path), _READ, "--ro-bind", path))
         workspace = spec.workspace.absolute()
-        mounts.append((_depth(workspace), _WORKSPACE, "--ro-bind", workspace))
+        writes = spec.workspace_writes
+        if writes is not None and workspace.is_relative_to(writes.root.absolute()):
+            # Tests may write into the copy; its frozen files stay read-only one by one.
+            root = writes.root.absolute()
+            mounts.append((_depth(root), _WRITE, "--bind", root))
+            for path in _existing(writes.protected):
+                mounts.append((_depth(path), _PROTECT, "--ro-bind", path))
+        else:
+            mounts.append((_depth(workspace), _WORKSPACE, "--ro-bind", workspace))
         for path in _existing([*spec.writable, spec.scratch, *spec.extra_writable]):
             mounts.append((_depth(path), _WRITE, "--bind", path))
         system = [Path(p) for p in (*SYSTEM_TOP_DIRS, "/etc")]

@@ -9,7 +9,9 @@ the parent's exact Python.  A user-given image must already exist locally.
 What the container sees: read-only ``/usr``, ``/lib*``, ``/bin``,
 a few ``/etc`` files (users, name service, TLS certificates, alternatives,
 time zone), the ``readable`` paths and the workspace; read-write the
-``writable`` paths, the scratch directory and ``extra_writable``; a private
+``writable`` paths, the scratch directory and ``extra_writable`` (and, with
+``workspace_writes``, the whole workspace copy, its protected files bound
+read-only on top); a private
 tmpfs ``/tmp`` and a private ``/dev/shm`` (own IPC namespace), each of at
 most ``limits.memory_mb`` and charged to the container's memory limit; nothing else of the host (the
 user's repository, ``$HOME``, ``/run`` with the docker socket, and the host
@@ -223,9 +225,17 @@ class DockerBackend(ProbedOnce):
                 bind(system, True)
         for path in spec.readable:
             bind(path, True)
-        bind(spec.workspace, True)
+        writes = spec.workspace_writes
+        if writes is not None and spec.workspace.absolute().is_relative_to(writes.root.absolute()):
+            # Tests may write into the copy; its frozen files stay read-only one by one.
+            bind(writes.root, False)
+        else:
+            bind(spec.workspace, True)
         for path in (*spec.writable, spec.scratch, *spec.extra_writable):
             bind(path, False)
+        if writes is not None:
+            for path in writes.protected:
+                bind(path, True)
         tmpfs = ["/tmp"]
         for hidden in spec.hidden:
             target = Path(hidden).absolute()

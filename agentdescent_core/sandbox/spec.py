@@ -23,6 +23,7 @@ __all__ = [
     "Network",
     "RunResult",
     "RunSpec",
+    "WorkspaceWrites",
 ]
 
 Network = Literal["none", "default"]
@@ -47,6 +48,23 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class WorkspaceWrites:
+    """Let tests write into the workspace as plain ``pytest`` would, frozen files excepted.
+
+    ``root`` (the workspace copy, which holds ``RunSpec.workspace``) is bound
+    read-write by the backends that isolate the filesystem; each of the
+    ``protected`` files inside it is then bound read-only on top, so a test or
+    a candidate's script can create files next to them but cannot rewrite,
+    delete or replace them.  What a run creates is checked and removed by the
+    workspace (:meth:`~agentdescent_core.sandbox.workspace.Workspace.check`,
+    ``reset``), not here.
+    """
+
+    root: Path
+    protected: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True)
 class RunSpec:
     """One command to run in a sandbox.
 
@@ -61,7 +79,9 @@ class RunSpec:
     ``sys.path``).  ``hidden`` are host paths that must not be visible at all
     (the user's real repository), unless re-exposed through ``readable``.
     ``env`` is the complete environment: backends add nothing but what they
-    need to start (never a host variable).
+    need to start (never a host variable).  ``workspace_writes``, when given,
+    makes the whole workspace copy writable except its protected files (see
+    :class:`WorkspaceWrites`); without it only ``writable`` is.
     """
 
     argv: Sequence[str]
@@ -75,6 +95,7 @@ class RunSpec:
     hidden: Sequence[Path] = ()
     network: Network = "default"
     limits: Limits = field(default_factory=Limits)
+    workspace_writes: WorkspaceWrites | None = None
 
     def __post_init__(self) -> None:
         if not self.argv:

@@ -44,12 +44,13 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import tempfile
 import threading
 import time
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import git
@@ -82,8 +83,13 @@ from agentdescent_core.sandbox.snapshot import (
     signature,
     write_file,
 )
+from agentdescent_core.sandbox.spec import WorkspaceWrites
 
 __all__ = [
+    "IGNORED_IMPORTABLE_SUFFIXES",
+    "MAX_IGNORED_BYTES",
+    "MAX_IGNORED_FILE_BYTES",
+    "MAX_PROTECTED_FILES",
     "VIOLATION_KINDS",
     "FrozenCheck",
     "ResetStats",
@@ -102,6 +108,36 @@ _DIR_MODE = 0o755
 _GITLINK_MODE = "160000"
 _SHOWN_PATHS = 5
 _HASH_DOMAIN = b"agentdescent-frozen-tree-v1\x00"
+_IGNORED_DOMAIN = b"agentdescent-ignored-files-v1\x00"
+
+IGNORED_IMPORTABLE_SUFFIXES: tuple[str, ...] = (".py", ".pyi", ".so", ".pyd")
+"""Kinds of git-ignored files copied from the working tree: what ``import`` loads.
+
+A hatch-vcs / setuptools-scm ``_version.py`` and a compiled extension built in
+place (``pip install -e .``, ``build_ext --inplace``) are ignored by git but
+imported by plain ``pytest``; without them the copy does not import.
+"""
+MAX_IGNORED_FILE_BYTES = 64 * 1024 * 1024
+"""A larger ignored file is not copied (:attr:`Workspace.ignored_skipped` names it)."""
+MAX_IGNORED_BYTES = 256 * 1024 * 1024
+"""At most this much of ignored files in all is copied (kept in memory to restore them)."""
+MAX_PROTECTED_FILES = 64
+"""Frozen files a sandbox binds read-only one by one; the rest are verified after the run.
+
+Small on purpose: bwrap re-reads the mount table for every bind, so the setup
+cost grows with the square of the count (about 6 s for 1,000 files, 25 ms for 64).
+"""
+
+# Never copied even when importable: environments, caches, build output.
+_IGNORED_SKIP_DIRS = frozenset({"__pycache__", "site-packages", "dist-packages", "node_modules",
+                                "build", "dist", "venv", "virtualenv"})
+# A name that says it holds a secret is never copied: secrets must not reach a candidate.
+_SECRET_NAME_PARTS = ("secret", "credential", "password", "passwd", "token", "apikey",
+                      "api_key", "local_settings", "settings_local")
+# Files a new entry may not be (outside the artifact roots): Python or pytest would load
+# them by themselves, so one a run creates could change how later tests are judged.
+_LOADABLE_SUFFIXES = (".py", ".pyw", ".pyi", ".so", ".pyd", ".pth", ".pyc", ".pyo")
+_PYTEST_CONFIG_NAMES = frozenset({".pytest.ini", "pytest.toml", ".pytest.toml"})
 
 
 class WorkspaceError(AgentDescentError):
@@ -146,12 +182,16 @@ class FrozenCheck:
 
     ``violations``: frozen paths the run changed (sorted by path); ``drift``:
     non-frozen paths it changed, i.e. artifact files the candidate's own code
-    wrote (informational; the next reset undoes them too).
+    wrote (informational; the next reset undoes them too); ``written``: new
+    files and directories the run created outside the artifact roots that
+    neither Python nor pytest would load (what tests legitimately leave, such
+    as an ``out.txt``; allowed, and removed by the next reset).
     """
 
     violations: list[Violation]
     drift: list[str]
     seconds: float
+    written: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -172,11 +212,14 @@ class FrozenCheck:
         return RefusalError(
             "frozen-violation",
             "frozen-modified",
-            f"the candidate's run changed {count} frozen path{'s' if count != 1 else ''}: "
-            f"{shown}; tests, conftest.py, config and everything outside the artifact paths "
-            f"must stay as committed, so the candidate is disqualified (the workspace is "
-            f"restored before the next run) — keep the candidate's scripts from writing "
-            f"outside the artifact folder",
+            f"the run changed {count} frozen path{'s' if count != 1 else ''}: "
+            f"{shown}; tests, conftest.py, config and every committed file outside the "
+            f"artifact paths must stay as committed, and no new Python module, conftest.py "
+            f"or pytest config may appear, so the candidate is disqualified (the workspace "
+            f"is restored before the next run). If this happens with the unchanged artifact, "
+            f"the tests themselves do it: let them write new data files or into pytest's "
+            f"tmp_path instead of changing committed files; otherwise keep the candidate's "
+            f"scripts from writing outside the artifact folder",
             path=self.violations[0].shown,
         )
 
@@ -290,10 +333,14 @@ class Workspace:
         self._git("read-tree", self.commit, what=f"read the tree of {self.commit}")
         self._git("checkout-index", "--all", "--force", what="copy the committed files")
         entries = _ls_files(self._git("ls-files", "--stage", "-z", what="list the commit"))
-        self.frozen_tree_hash = self._frozen_hash(entries)
         for path, (mode, _sha) in entries.items():
             if mode == _GITLINK_MODE:  # a submodule: git leaves an empty directory
                 ensure_dirs(self._root, path, _DIR_MODE)
+        self._ignored: dict[str, bytes] = {}
+        self.ignored_skipped: list[tuple[str, str]] = []
+        if work_tree is not None:
+            self._copy_ignored(git_dir, common_dir, work_tree, entries)
+        self.frozen_tree_hash = self._frozen_hash(entries)
         self._create_missing_roots()
         self._take_base()
 
@@ -319,7 +366,104 @@ class Workspace:
             for part in (path.encode("utf-8"), mode.encode(), sha.encode()):
                 digest.update(len(part).to_bytes(8, "big"))
                 digest.update(part)
+        if self._ignored:  # absent otherwise, so a repository without any keeps its hash
+            digest.update(_IGNORED_DOMAIN)
+            for path in sorted(self._ignored):
+                for part in (path.encode("utf-8"), digest_bytes(self._ignored[path])):
+                    digest.update(len(part).to_bytes(8, "big"))
+                    digest.update(part)
         return digest.hexdigest()
+
+    @property
+    def ignored_files(self) -> list[str]:
+        """The git-ignored files copied from the user's working tree (frozen), sorted."""
+        return sorted(self._ignored)
+
+    def _copy_ignored(self, git_dir: str, common_dir: str, work_tree: str,
+                      entries: Mapping[str, tuple[str, str]]) -> None:
+        """Copy the ignored files plain ``pytest`` would import from the working tree.
+
+        Why: a generated ``_version.py`` or an extension module built in place is
+        ignored by git, so the commit lacks it and ``import pkg`` fails in the
+        copy although it works in the user's tree.  Which: files (not wholly
+        ignored directories such as ``.venv/`` or ``build/``, which git reports
+        as directories) whose suffix is in :data:`IGNORED_IMPORTABLE_SUFFIXES`,
+        outside the artifact roots and every dot-directory, environment, cache
+        or build folder, whose name does not start with a dot or say it holds a
+        secret, and whose text holds no recognisable credential; at most
+        :data:`MAX_IGNORED_FILE_BYTES` each and :data:`MAX_IGNORED_BYTES` in
+        all.  The working tree and the user's index are only read (git runs with
+        optional locks off and every filter emptied).  What is left out and why
+        is in :attr:`ignored_skipped`.  The copies are frozen like committed
+        files, and restored from memory after a run changed one.
+        """
+        env = isolated_env(git_dir=git_dir, common_dir=common_dir, work_tree=work_tree,
+                           private_index=os.path.join(git_dir, "index"))
+        runner = git.Git(work_tree)
+        runner.update_environment(**with_neutral_filters(env, work_tree))
+        try:
+            out = runner.execute(
+                ["git", "-c", "core.fsmonitor=false", "-c", "core.untrackedCache=false",
+                 "ls-files", "--others", "--ignored", "--exclude-standard", "--directory",
+                 "-z"], strip_newline_in_stdout=False, stdout_as_string=False)
+        except GitCommandError as exc:
+            raise WorkspaceError(
+                f"could not list the ignored files of {work_tree!r} for the workspace: "
+                f"{str(exc.stderr or exc).strip()}; check that git can read that repository"
+            ) from None
+        # A name that is not UTF-8 keeps its bytes as surrogates, which normalise_path refuses.
+        raw = out if isinstance(out, bytes) else str(out).encode("utf-8", "surrogateescape")
+        listed = raw.decode("utf-8", "surrogateescape")
+        total = 0
+        for path in sorted(p for p in listed.split("\0") if p and not p.endswith("/")):
+            why = self._ignored_refusal(path, entries)
+            data: bytes | None = None
+            mode = _FILE_MODE
+            if why is None:
+                try:
+                    data, mode = _read_plain_file(work_tree, path, MAX_IGNORED_FILE_BYTES)
+                except OSError as exc:
+                    why = f"cannot be read ({exc.strerror or exc})"
+                if data is None and why is None:
+                    why = (f"is not a regular file or is larger than "
+                           f"{MAX_IGNORED_FILE_BYTES // (1024 * 1024)} MB")
+            if data is not None and why is None:
+                if total + len(data) > MAX_IGNORED_BYTES:
+                    why = f"would exceed {MAX_IGNORED_BYTES // (1024 * 1024)} MB of ignored files"
+                elif path.endswith((".py", ".pyi")) and _holds_secret(path, data):
+                    why = "holds what looks like a credential"
+            if why is not None or data is None:
+                self.ignored_skipped.append((path, why or "unreadable"))
+                continue
+            ensure_dirs(self._root, path.rpartition("/")[0], _DIR_MODE)
+            write_file(os.path.join(self._root, path), data, mode)
+            self._ignored[path] = data
+            total += len(data)
+
+    def _ignored_refusal(self, path: str, entries: Mapping[str, tuple[str, str]]) -> str | None:
+        """Why the ignored file ``path`` is not copied, or None to copy it."""
+        try:
+            normal = normalise_path(path)
+        except RefusalError:
+            return "has a name the workspace cannot hold"
+        if normal != path:
+            return "has a name the workspace cannot hold"
+        parts = path.split("/")
+        name = parts[-1].casefold()
+        if not name.endswith(IGNORED_IMPORTABLE_SUFFIXES):
+            return "is not a Python module or extension"
+        if any(part.startswith(".") for part in parts):
+            return "is a dotfile or lies in a dot-directory"
+        if any(part in _IGNORED_SKIP_DIRS or part.endswith((".egg-info", ".dist-info"))
+               for part in parts[:-1]):
+            return "lies in an environment, cache or build folder"
+        if any(word in name for word in _SECRET_NAME_PARTS):
+            return "has a name that says it holds a secret"
+        if is_inside(path, self._roots):
+            return "lies inside the artifact roots (the candidate's state decides those)"
+        if path in entries or any("/".join(parts[:i]) in entries for i in range(1, len(parts))):
+            return "conflicts with a committed path"
+        return None
 
     def _create_missing_roots(self) -> None:
         """An artifact root absent from the commit becomes an empty directory.
@@ -377,8 +521,32 @@ class Workspace:
         )
 
     def writable_paths(self) -> list[Path]:
-        """Absolute paths of the artifact roots inside :attr:`root` (what a sandbox binds rw)."""
+        """Absolute paths of the artifact roots inside :attr:`root` (the candidate's own paths)."""
         return [self.root / root for root in self._roots]
+
+    def writes(self) -> WorkspaceWrites:
+        """What a sandbox lets tests write: the whole copy, minus its frozen files.
+
+        Plain ``pytest`` lets a test write into the repository (an ``out.txt``, a
+        ``tmp/`` folder), so ``bwrap`` and ``docker`` bind :attr:`root`
+        read-write and then bind each frozen file of the base (committed files
+        outside the artifact roots and the tests, conftest.py and config inside
+        them, plus the copied ignored files) read-only on top, so rewriting,
+        deleting or replacing one fails as it would on a read-only tree.  At most
+        :data:`MAX_PROTECTED_FILES` are bound — ``conftest.py`` and config
+        first, then test modules, then other Python files, then the rest — and
+        every other frozen file is verified by :meth:`check` after the run
+        (detected and restored, as under ``local``).  What a run creates is
+        judged by :meth:`check` and removed by the next :meth:`reset`.
+        """
+        with self._lock:
+            frozen = [p for p, c in self._base.items()
+                      if c.kind == "file" and self._is_frozen(p) and not is_cache(p)]
+            frozen.sort(key=lambda p: (_protect_rank(p), p.count("/"), p))
+            return WorkspaceWrites(
+                root=self.root,
+                protected=tuple(self.root / p for p in frozen[:MAX_PROTECTED_FILES]),
+            )
 
     @property
     def pycache_prefix(self) -> Path:
@@ -551,7 +719,11 @@ class Workspace:
             self._record_created(ensure_dirs(self._root, path.rpartition("/")[0], _DIR_MODE))
             self._forget(path)
             remove_path(os.path.join(self._root, path))
-        ordered = sorted(paths)
+        ignored = sorted(p for p in paths if p in self._ignored)
+        for path in ignored:  # not in the index: from the bytes read at creation
+            write_file(os.path.join(self._root, path), self._ignored[path], self._base[path].mode)
+            self._record(path, self._base[path])
+        ordered = sorted(p for p in paths if p not in self._ignored)
         for start in range(0, len(ordered), 500):
             self._git("checkout-index", "--force", "--", *ordered[start:start + 500],
                       what="restore files from the commit")
@@ -636,6 +808,7 @@ class Workspace:
             kinds = self._last_scan_kinds
             violations: list[Violation] = []
             drift: list[str] = []
+            written: list[str] = []
             for path in sorted(changed):
                 if is_cache(path):
                     continue
@@ -649,11 +822,28 @@ class Workspace:
                     kind = "type-changed"
                 else:
                     kind = "modified"
-                if self._is_frozen(path):
-                    violations.append(Violation(path, kind))
-                else:
+                if not self._is_frozen(path):
                     drift.append(path)
-            return FrozenCheck(violations, drift, time.perf_counter() - started)
+                elif kind == "added" and self._harmless_new(path, now):
+                    written.append(path)
+                else:
+                    violations.append(Violation(path, kind))
+            return FrozenCheck(violations, drift, time.perf_counter() - started, written)
+
+    def _harmless_new(self, path: str, kind: str | None) -> bool:
+        """May a run leave the new frozen-side ``path`` (of disk kind ``kind``)?
+
+        Yes for a file, directory or socket outside the artifact roots that
+        neither Python nor pytest would load by itself: tests write such files
+        into the repository under plain ``pytest`` too, and the next reset
+        removes them.  No for a symbolic link (it could give a candidate's code
+        a module name), a Python module, extension, ``.pth``, ``conftest.py`` or
+        pytest config, and for anything the ``FrozenSet`` freezes inside the
+        roots: one of those could change how a later test is judged.
+        """
+        if kind is None or kind == "link" or _loadable(path):
+            return False
+        return not is_inside(path, self._roots)
 
     # ------------------------------------------------------------------ runs
 
@@ -726,6 +916,56 @@ def _path_conflict(path: str, problem: str) -> RefusalError:
 
 def _depth(path: str) -> int:
     return path.count("/")
+
+
+def _loadable(path: str) -> bool:
+    """Would Python or pytest load ``path`` by itself (a module, extension, config)?"""
+    name = path.rsplit("/", 1)[-1].casefold()
+    return (is_executable_config(path) or name in _PYTEST_CONFIG_NAMES
+            or name.endswith(_LOADABLE_SUFFIXES))
+
+
+def _protect_rank(path: str) -> int:
+    """Which frozen files a sandbox binds read-only first: the judge's own files."""
+    name = path.rsplit("/", 1)[-1].casefold()
+    if is_executable_config(path) or name in _PYTEST_CONFIG_NAMES:
+        return 0
+    if name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py")):
+        return 1
+    return 2 if _loadable(path) else 3
+
+
+def _read_plain_file(base: str, rel: str, limit: int) -> tuple[bytes | None, int]:
+    """``(bytes, mode)`` of the regular file ``base/rel``; ``(None, 0)`` if it is not one.
+
+    Never follows a symbolic link (in ``rel``'s parents either: those must be
+    real directories), and reads nothing larger than ``limit`` bytes.
+    """
+    if not real_parents(base, rel):
+        return None, 0
+    fd = os.open(os.path.join(base, rel), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+                 | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None, 0
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, 1 << 20):
+            size += len(chunk)
+            if size > limit:
+                return None, 0
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks), _EXEC_MODE if st.st_mode & 0o111 else _FILE_MODE
+
+
+def _holds_secret(path: str, data: bytes) -> bool:
+    """Does the text of ``path`` hold a token, a private key or a secret variable's value?"""
+    from agentdescent_core.proposers.guardrails import _scan_secrets
+
+    return bool(_scan_secrets(path, data.decode("utf-8", "replace"), os.environ, ""))
 
 
 def _is_within(path: str, folder: str) -> bool:
