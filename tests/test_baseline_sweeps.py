@@ -261,3 +261,46 @@ def test_sweeps_hold_each_test_once_per_repeat() -> None:
         {"a.py::x": (1, 1), "b.py::y": (1, 1)},
         {"a.py::x": (2, 1)},
     ]
+
+
+HANGS = '''\
+import time
+
+import pytest
+
+
+@pytest.mark.evolve
+def test_quick():
+    pass
+
+
+@pytest.mark.evolve
+def test_hangs():
+    time.sleep(120)
+'''
+
+
+def test_the_whole_run_timeout_bounds_all_sweeps_together(tmp_path: Path) -> None:
+    from agentdescent_core.artifacts.filetree import FileTree
+    from agentdescent_core.evaluation.protocol import TaskSplit
+    from agentdescent_core.evaluation.sandboxed import SandboxedVerifier
+    from agentdescent_core.governance import FrozenSet
+
+    repo = make_repo(tmp_path / "agent", HANGS)
+    quick, hangs = "tests/test_tasks.py::test_quick", "tests/test_tasks.py::test_hangs"
+    tree = FileTree(["skills"])
+    verifier = SandboxedVerifier(
+        repo, user_git(repo, "rev-parse", "HEAD"), TaskSplit(train=(quick, hangs)),
+        tree=tree, frozen=FrozenSet(artifact_roots=tree.roots), backend=get_backend("local"),
+        cache=None, test_timeout=None, run_timeout=6.0)
+    try:
+        state = {"skills/s/SKILL.md": "# A skill\n"}
+        samples = verifier.evaluate(state, [quick, hangs], 3)
+        assert dict(samples.rewards) == {quick: (1.0, 0.0, 0.0), hangs: (0.0, 0.0, 0.0)}
+        first, *later = verifier.records(state, hangs)
+        assert "ran out while this test ran" in first.message
+        # the deadline was spent in sweep 0: sweeps 1 and 2 never started a child
+        assert [r.message.split(":")[0] for r in later] == ["not run", "not run"]
+        assert verifier.usage()["children"] == 1
+    finally:
+        verifier.close()
