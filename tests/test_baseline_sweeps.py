@@ -24,8 +24,12 @@ from conftest import user_git, write
 from sandbox_support import ALL_BACKENDS, require_backend
 from test_session_runs import evolve, explain, report_of
 
+from agentdescent_core.artifacts.filetree import FileTree
 from agentdescent_core.evaluation.child import ChildConfig, run_tests, sweeps
+from agentdescent_core.evaluation.protocol import TaskSplit
 from agentdescent_core.evaluation.records import TestRecord, first_run_stands_apart
+from agentdescent_core.evaluation.sandboxed import SandboxedVerifier
+from agentdescent_core.governance import FrozenSet
 from agentdescent_core.sandbox.select import get_backend
 
 pytestmark = pytest.mark.slow
@@ -280,19 +284,18 @@ def test_hangs():
 '''
 
 
-def test_the_whole_run_timeout_bounds_all_sweeps_together(tmp_path: Path) -> None:
-    from agentdescent_core.artifacts.filetree import FileTree
-    from agentdescent_core.evaluation.protocol import TaskSplit
-    from agentdescent_core.evaluation.sandboxed import SandboxedVerifier
-    from agentdescent_core.governance import FrozenSet
+def local_verifier(repo: Path, tasks: tuple[str, ...], **options: Any) -> SandboxedVerifier:
+    tree = FileTree(["skills"])
+    return SandboxedVerifier(
+        repo, user_git(repo, "rev-parse", "HEAD"), TaskSplit(train=tasks),
+        tree=tree, frozen=FrozenSet(artifact_roots=tree.roots), backend=get_backend("local"),
+        cache=None, **options)
 
+
+def test_the_whole_run_timeout_bounds_all_sweeps_together(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "agent", HANGS)
     quick, hangs = "tests/test_tasks.py::test_quick", "tests/test_tasks.py::test_hangs"
-    tree = FileTree(["skills"])
-    verifier = SandboxedVerifier(
-        repo, user_git(repo, "rev-parse", "HEAD"), TaskSplit(train=(quick, hangs)),
-        tree=tree, frozen=FrozenSet(artifact_roots=tree.roots), backend=get_backend("local"),
-        cache=None, test_timeout=None, run_timeout=6.0)
+    verifier = local_verifier(repo, (quick, hangs), test_timeout=None, run_timeout=6.0)
     try:
         state = {"skills/s/SKILL.md": "# A skill\n"}
         samples = verifier.evaluate(state, [quick, hangs], 3)
@@ -302,5 +305,38 @@ def test_the_whole_run_timeout_bounds_all_sweeps_together(tmp_path: Path) -> Non
         # the deadline was spent in sweep 0: sweeps 1 and 2 never started a child
         assert [r.message.split(":")[0] for r in later] == ["not run", "not run"]
         assert verifier.usage()["children"] == 1
+    finally:
+        verifier.close()
+
+
+BREAKS_ON_A_WORD = '''\
+from pathlib import Path
+
+import pytest
+
+if "BROKEN" in (Path(__file__).resolve().parents[1] / "skills/s/SKILL.md").read_text():
+    raise RuntimeError("the skill says BROKEN")
+
+
+@pytest.mark.evolve
+def test_quick():
+    pass
+'''
+
+
+def test_a_candidate_that_fails_as_a_whole_costs_one_sweep(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "agent", BREAKS_ON_A_WORD)
+    quick = "tests/test_tasks.py::test_quick"
+    verifier = local_verifier(repo, (quick,))
+    try:
+        broken = {"skills/s/SKILL.md": "# BROKEN\n"}
+        assert verifier.evaluate(broken, [quick], 3).rewards == {quick: (0.0, 0.0, 0.0)}
+        problem = verifier.candidate_error(broken)
+        assert problem is not None
+        assert "the skill says BROKEN" in problem
+        assert verifier.usage()["children"] == 1  # sweeps 1 and 2 would fail the same way
+        fine = {"skills/s/SKILL.md": "# fine\n"}
+        assert verifier.evaluate(fine, [quick], 3).rewards == {quick: (1.0, 1.0, 1.0)}
+        assert verifier.usage()["children"] == 1 + 3
     finally:
         verifier.close()

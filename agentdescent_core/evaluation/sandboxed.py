@@ -475,7 +475,11 @@ class SandboxedVerifier:
         chunks = _child_plans(missing, self._eval_concurrency)
         deadline = time.monotonic() + self._config.run_timeout
         if len(chunks) == 1 or self._eval_concurrency == 1:
-            results = [self._run_chunk(state, chunk, deadline) for chunk in chunks]
+            results = []
+            for chunk in chunks:
+                results.append(self._run_chunk(state, chunk, deadline))
+                if _rules_out(results[-1]):
+                    break  # the candidate lost as a whole: the other sweeps change nothing
         else:
             with ThreadPoolExecutor(min(len(chunks), self._eval_concurrency),
                                     thread_name_prefix="agentdescent-chunk") as pool:
@@ -604,6 +608,12 @@ class SandboxedVerifier:
 
 _PYTEST_CONFIGS = frozenset({"pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml",
                               "pyproject.toml", "tox.ini", "setup.cfg", "conftest.py"})
+
+
+def _rules_out(result: _ChunkResult) -> bool:
+    """Does this child run alone decide the candidate's verdict (see :func:`_verdict_of`)?"""
+    return bool(result.tamper or result.outcome.tamper or result.outcome.error is not None
+                or not result.check.ok or result.outside)
 
 
 def _child_plans(keys: Sequence[Key], concurrency: int) -> list[dict[str, tuple[int, int]]]:
