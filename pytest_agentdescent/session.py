@@ -420,6 +420,8 @@ class EvolveSession:
 
         started, runs = time.monotonic(), verifier.evaluations
         try:
+            # the report measures the guards at these repeats too: one set of sweeps for both
+            verifier.prefetch(state, verifier.split.all_tasks, repeats)
             reward = verifier.evaluate(state, verifier.split.eval_tasks, repeats).reward()
         except AgentDescentError:
             return None, None  # the engine retries and reports it in its own terms

@@ -2,7 +2,16 @@
 
 :func:`run_tests` starts the child pytest in a workspace through a backend,
 with the recorder plugin (``pytest_agentdescent.worker``) journaling one line
-per test per repeat, and turns the journal into :class:`TestRecord` objects.
+per test, and turns the journal into :class:`TestRecord` objects.
+
+A child process runs each test **at most once**.  A test that cannot run
+twice in one process (a generator given to ``parametrize`` is used up by its
+first run; a module-level list the test appends to) would otherwise score one
+run right and every later repeat wrong.  So repeats are *sweeps*
+(:func:`sweeps`): one plan per repeat index holding every test that needs
+that repeat, each run by its own child (:func:`run_tests` refuses a plan
+with more than one repeat of a test).  The caller resets the workspace
+between sweeps, so every repeat starts from what a fresh checkout gives.
 Whatever happens to the child, every planned (test, repeat) comes back with a
 record or the whole candidate comes back with an error:
 
@@ -72,9 +81,12 @@ __all__ = [
     "run_tests",
     "spans",
     "split_plan",
+    "sweeps",
 ]
 
-#: Node id -> (first repeat index, number of repeats).
+#: Node id -> (first repeat index, number of repeats).  :func:`run_tests` takes
+#: plans whose counts are all 1 (one run per test per child); :func:`sweeps`
+#: cuts any set of (test, repeat) pairs into such plans.
 Plan = Mapping[str, tuple[int, int]]
 
 _TAIL_CHARS = 2000
@@ -94,9 +106,10 @@ class ChildConfig:
     environment at run time).  ``readable`` None means the interpreter's paths
     (:func:`interpreter_paths`).  ``hidden`` are host paths the child must not
     see (the user's repository).  ``test_timeout`` None disables the per-test
-    watchdog; ``run_timeout`` bounds one :func:`run_tests` call, restarts
-    included; ``max_restarts`` bounds the fresh children started after a
-    per-test timeout or a crash.
+    watchdog; ``run_timeout`` bounds one evaluation: a :func:`run_tests`
+    call, restarts included, or all the sweeps of one evaluation when the
+    caller passes them one ``deadline``; ``max_restarts`` bounds the fresh
+    children started after a per-test timeout or a crash.
     """
 
     backend: Backend
@@ -136,6 +149,9 @@ class ChildConfig:
             "pytest_args": list(self.pytest_args),
             "env_allow": sorted(self.env_allow),
             "python": sys.version,
+            # Records from before repeats became sweeps ran later repeats in the
+            # process of the first, and may be wrong: they must not be reused.
+            "repeats": "one run per test per process",
         }
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
@@ -208,6 +224,18 @@ def split_plan(plan: Plan, chunks: int) -> list[dict[str, tuple[int, int]]]:
     return [part for part in parts if part]
 
 
+def sweeps(keys: Iterable[tuple[str, int]]) -> list[dict[str, tuple[int, int]]]:
+    """``keys`` ((test, repeat) pairs) as one plan per repeat index, in repeat order.
+
+    Each plan holds every test that needs that repeat, once: the unit one
+    child process runs (so a sweep costs one child start, not one per test).
+    """
+    by_repeat: dict[int, dict[str, tuple[int, int]]] = {}
+    for nodeid, repeat in sorted(set(keys), key=lambda key: (key[1], key[0])):
+        by_repeat.setdefault(repeat, {})[nodeid] = (repeat, 1)
+    return [by_repeat[repeat] for repeat in sorted(by_repeat)]
+
+
 def run_tests(
     workspace_root: Path,
     plan: Plan,
@@ -218,8 +246,16 @@ def run_tests(
     writable: Sequence[Path] = (),
     redact: Callable[[str], str] = str,
     workspace_writes: WorkspaceWrites | None = None,
+    deadline: float | None = None,
 ) -> ChildOutcome:
-    """Run the planned tests in ``workspace_root``; see the module docstring.
+    """Run the planned tests in ``workspace_root``, each once; see the module docstring.
+
+    Every count in ``plan`` must be 1 (a ValueError names the test otherwise):
+    a second run of a test in the same process is not what a plain pytest run
+    measures.  ``deadline`` (``time.monotonic()`` seconds) is when the call
+    must end, restarts included; None means ``config.run_timeout`` from now.
+    A caller running several sweeps of one evaluation passes one deadline to
+    all of them, so the whole-run timeout bounds the evaluation, not each sweep.
 
     Every text that comes back (records, errors, tamper lines) passes through
     ``redact`` (a :class:`~agentdescent_core.redact.Redactor`: secrets masked)
@@ -234,11 +270,19 @@ def run_tests(
     ``.pyc`` in for the next child to load (see ``sandbox/workspace.py``).  Raises
     BackendError only when the sandbox itself cannot be set up.
     """
-    wanted = {(nodeid, repeat) for nodeid, (first, count) in plan.items()
-              for repeat in range(first, first + count)}
+    several = sorted(nodeid for nodeid, (_first, count) in plan.items() if count != 1)
+    if several:
+        raise ValueError(
+            f"run_tests runs each test once per child, but the plan asks for "
+            f"{plan[several[0]][1]} runs of {several[0]!r}"
+            f"{f' (and of {len(several) - 1} more tests)' if len(several) > 1 else ''}; "
+            "cut it into one plan per repeat with sweeps()"
+        )
+    wanted = {(nodeid, first) for nodeid, (first, _count) in plan.items()}
     records: dict[tuple[str, int], TestRecord] = {}
     not_run: set[tuple[str, int]] = set()
-    deadline = time.monotonic() + config.run_timeout
+    if deadline is None:
+        deadline = time.monotonic() + config.run_timeout
     pending: dict[str, tuple[int, int]] = dict(plan)
     runs = 0
     restarts = 0

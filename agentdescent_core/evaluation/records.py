@@ -5,18 +5,20 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 __all__ = [
     "CHILD_ENV",
     "DEFAULT_OUTPUT_CHARS",
+    "MIN_LATER_RUNS",
     "OUTCOMES",
     "PLAN_ENV",
     "RECORD_ENV",
     "REWARDING_OUTCOMES",
     "TestRecord",
+    "first_run_stands_apart",
     "mac",
     "mac_matches",
 ]
@@ -97,3 +99,33 @@ class TestRecord:
             duration=float(data.get("duration", 0.0)),
             phase=str(data.get("phase", "call")),
         )
+
+
+#: Later runs that must agree with each other before a first run that differs
+#: from all of them is called deterministic rather than chance.
+MIN_LATER_RUNS = 2
+
+
+def first_run_stands_apart(runs: Sequence[TestRecord]) -> bool:
+    """Did the first run of a test (repeat 0) differ from every later run, which all agree?
+
+    ``runs`` are one test's records at one artifact state, repeats 0, 1, 2, ...
+    in order.  Each repeat runs in a fresh child process in a freshly reset
+    workspace, so a test whose first run passes and all later runs fail (or
+    the reverse) depends on something an earlier run left behind, or on the
+    order runs happen in; a flaky test's later runs disagree among themselves
+    (with ``k`` later runs, a fair coin shows this pattern with probability
+    ``2**-k``).  Needs at least :data:`MIN_LATER_RUNS` later runs; runs cut
+    short (``timeout``, ``crash``) prove nothing and make the answer False.
+    """
+    if len(runs) < 1 + MIN_LATER_RUNS or [r.repeat for r in runs] != list(range(len(runs))):
+        return False
+    if any(r.phase in ("timeout", "crash") for r in runs):
+        return False
+    first, *later = [_result(r) for r in runs]
+    return all(value == later[0] for value in later) and first != later[0]
+
+
+def _result(record: TestRecord) -> tuple[bool, float | None]:
+    """What is compared between runs: counts at all, and the reward."""
+    return record.counts, record.reward if record.counts else None

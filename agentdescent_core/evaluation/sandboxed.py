@@ -45,6 +45,7 @@ import hashlib
 import os
 import stat
 import threading
+import time
 import warnings
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -60,11 +61,11 @@ from agentdescent_core.evaluation.child import (
     ChildConfig,
     ChildOutcome,
     run_tests,
-    spans,
     split_plan,
+    sweeps,
 )
 from agentdescent_core.evaluation.protocol import TaskSplit, requested_tasks
-from agentdescent_core.evaluation.records import TestRecord
+from agentdescent_core.evaluation.records import TestRecord, first_run_stands_apart
 from agentdescent_core.governance import FrozenSet
 from agentdescent_core.redact import Redactor
 from agentdescent_core.sandbox.env import DEFAULT_ENV_ALLOWLIST
@@ -77,11 +78,16 @@ from agentdescent_core.sandbox.workspace import FrozenCheck, Workspace, uncommit
 from agentdescent_core.stats.samples import TaskSamples
 from agentdescent_core.tasks import Task
 
-__all__ = ["Observation", "SandboxedVerifier", "UncommittedChangesWarning", "record_reward"]
+__all__ = ["Observation", "OrderDependentTestWarning", "SandboxedVerifier",
+           "UncommittedChangesWarning", "record_reward"]
 
 
 class UncommittedChangesWarning(UserWarning):
     """Tests or artifact files differ from the commit that is evaluated."""
+
+
+class OrderDependentTestWarning(UserWarning):
+    """A test's first run and all its later runs disagree: it depends on an earlier run."""
 
 _SHOWN = 5
 _RUN_ATTEMPTS = 2
@@ -198,6 +204,7 @@ class SandboxedVerifier:
         # Secret values are scrubbed from everything a child sends back (agentdescent_core.redact).
         self._redact = Redactor.from_env(os.environ if host_env is None else host_env)
         self._warn_uncommitted()
+        self._order_warned: set[str] = set()
         self._lock = threading.Lock()
         self._idle: list[Workspace] = []
         self._workspaces: list[Workspace] = []
@@ -272,8 +279,46 @@ class SandboxedVerifier:
         verdict, have = self._obtain(state, [(t, r) for t in ids for r in range(repeats)])
         if verdict is not None:
             return self._split.samples({t: [0.0] * repeats for t in ids})
+        self._warn_order_dependent(ids, have, repeats)
         return self._split.samples(
             {t: [record_reward(have[(t, r)]) for r in range(repeats)] for t in ids})
+
+    def prefetch(self, state: Mapping[str, str], task_ids: Sequence[str], repeats: int) -> None:
+        """Run now every (test, repeat) that later ``evaluate`` calls of these tasks will ask for.
+
+        Each repeat is a sweep, one child start for all the tests it holds;
+        asking for the baseline's tasks and the guards in two calls would pay
+        the sweeps twice.  Results land where ``evaluate`` finds them (memory,
+        the cache); a verdict is kept for the state as usual.
+        """
+        ids = requested_tasks(task_ids, repeats, self._known)
+        self._obtain(state, [(t, r) for t in ids for r in range(repeats)])
+
+    def _warn_order_dependent(self, ids: Sequence[str], have: Mapping[Key, TestRecord],
+                              repeats: int) -> None:
+        """Warn (once per test) about a test whose first run and later runs disagree.
+
+        Every repeat is its own child process in a freshly reset workspace, so
+        what differs between them is what earlier runs left outside it (a file
+        outside the workspace under ``local``, a database, a service) or the
+        order of the runs; the rewards of such a test measure that, not
+        the artifact.  The session shows the warning with the run's others.
+        """
+        for task in ids:
+            runs = [have[(task, r)] for r in range(repeats)]
+            if task in self._order_warned or not first_run_stands_apart(runs):
+                continue
+            with self._lock:
+                self._order_warned.add(task)
+            warnings.warn(OrderDependentTestWarning(
+                f"{task}: its first run {_shown_run(runs[0])} but all {repeats - 1} later runs "
+                f"{_shown_run(runs[1])}, each in a fresh process and a freshly reset "
+                "workspace; the test depends on state an earlier run left behind (a file "
+                "outside the workspace, a database, a service) or on the order of the runs, "
+                "so its reward measures that, not the artifact. Make it independent of earlier "
+                "runs (tmp_path and fixtures instead of shared files or services), or leave "
+                "it out of the evolve set"
+            ), stacklevel=3)
 
     def _obtain(self, state: Mapping[str, str], wanted: Sequence[Key]
                 ) -> tuple[Verdict | None, dict[Key, TestRecord]]:
@@ -420,13 +465,26 @@ class SandboxedVerifier:
 
     def _run(self, state: dict[str, str], artifact: str, context: str, missing: Sequence[Key],
              have: dict[Key, TestRecord]) -> Verdict | None:
-        """Run the missing (test, repeat) pairs; fill ``have``; a verdict if the candidate lost."""
-        chunks = split_plan(spans(missing), self._eval_concurrency)
-        if len(chunks) == 1:
-            results = [self._run_chunk(state, chunks[0])]
+        """Run the missing (test, repeat) pairs; fill ``have``; a verdict if the candidate lost.
+
+        Each repeat index is a sweep, and every chunk of a sweep is one child
+        in a freshly reset workspace (:func:`_child_plans`): no test runs twice in
+        one process.  Up to ``eval_concurrency`` chunks run at once; all of
+        them share one deadline, so ``run_timeout`` bounds the evaluation.
+        """
+        chunks = _child_plans(missing, self._eval_concurrency)
+        deadline = time.monotonic() + self._config.run_timeout
+        if len(chunks) == 1 or self._eval_concurrency == 1:
+            results = []
+            for chunk in chunks:
+                results.append(self._run_chunk(state, chunk, deadline))
+                if _rules_out(results[-1]):
+                    break  # the candidate lost as a whole: the other sweeps change nothing
         else:
-            with ThreadPoolExecutor(len(chunks), thread_name_prefix="agentdescent-chunk") as pool:
-                results = list(pool.map(lambda chunk: self._run_chunk(state, chunk), chunks))
+            with ThreadPoolExecutor(min(len(chunks), self._eval_concurrency),
+                                    thread_name_prefix="agentdescent-chunk") as pool:
+                results = list(pool.map(lambda chunk: self._run_chunk(state, chunk, deadline),
+                                        chunks))
         tamper = [change for result in results for change in result.tamper]
         if tamper:
             self._stop_on_tamper(artifact, context, tamper)
@@ -470,8 +528,8 @@ class SandboxedVerifier:
             self.cache.put_verdict(artifact, context, verdict)
         return verdict
 
-    def _run_chunk(self, state: Mapping[str, str], plan: Mapping[str, tuple[int, int]]
-                   ) -> _ChunkResult:
+    def _run_chunk(self, state: Mapping[str, str], plan: Mapping[str, tuple[int, int]],
+                   deadline: float) -> _ChunkResult:
         workspace = self._acquire()
         try:
             for attempt in range(_RUN_ATTEMPTS):
@@ -484,7 +542,7 @@ class SandboxedVerifier:
                     outcome = run_tests(workspace.root / self.subdir, plan, self._config,
                                         scratch=scratch, state_dir=workspace.state_dir,
                                         writable=workspace.writable_paths(),
-                                        redact=self._redact,
+                                        redact=self._redact, deadline=deadline,
                                         workspace_writes=workspace.writes())
                 except BackendError:
                     if attempt + 1 >= _RUN_ATTEMPTS:
@@ -551,6 +609,35 @@ class SandboxedVerifier:
 
 _PYTEST_CONFIGS = frozenset({"pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml",
                               "pyproject.toml", "tox.ini", "setup.cfg", "conftest.py"})
+
+
+def _rules_out(result: _ChunkResult) -> bool:
+    """Does this child run alone decide the candidate's verdict (see :func:`_verdict_of`)?"""
+    return bool(result.tamper or result.outcome.tamper or result.outcome.error is not None
+                or not result.check.ok or result.outside)
+
+
+def _child_plans(keys: Sequence[Key], concurrency: int) -> list[dict[str, tuple[int, int]]]:
+    """The child runs that cover ``keys``: each repeat a sweep, cut for ``concurrency``.
+
+    One child per sweep when the sweeps alone fill ``concurrency`` (or it is
+    1); else each sweep is split (:func:`split_plan`) so about
+    ``concurrency`` children can run at once.  In every plan a test appears
+    once, with one repeat.
+    """
+    runs = sweeps(keys)
+    per_sweep = max(1, -(-concurrency // max(1, len(runs))))
+    return [chunk for sweep in runs for chunk in split_plan(sweep, per_sweep)]
+
+
+def _shown_run(record: TestRecord) -> str:
+    """One run's result in words: "passed", "failed (reward 0.0)", "was skipped"."""
+    if not record.counts:
+        return f"was {record.outcome}"
+    reward = record.reward if record.reward is not None else 0.0
+    if record.outcome == "passed" and reward == 1.0:
+        return "passed"
+    return f"{record.outcome} (reward {reward:g})"
 
 
 def _few(items: Sequence[str], *, sep: str = ", ", tail: str = " and") -> str:
