@@ -301,9 +301,9 @@ class BettingPolicy:
     ``task_cap``.  The defaults were tuned on the simulated suites of
     ``docs/statistics.md`` (``python -m bench.acceptance``).  ``alpha`` bounds
     the false-accept rate of a candidate that changes nothing (accept at
-    wealth ``1 / alpha``), whatever the allocation and whenever the test stops; ``floor`` is the wealth below which it gives
-    up.  ``version`` is accepted for the protocol and ignored (the bound holds
-    at every version).
+    wealth ``1 / alpha``), whatever the allocation and whenever the test
+    stops; ``floor`` is the wealth below which it gives up.  ``version`` is
+    accepted for the protocol and ignored (the bound holds at every version).
 
     :meth:`open` starts a sequential test that the caller feeds pair by pair
     (the aggregator does, buying only the pairs asked for); :meth:`decide`
