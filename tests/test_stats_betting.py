@@ -164,7 +164,7 @@ def test_decide_replays_samples_and_never_reads_past_them():
 
 
 def test_a_test_stops_on_its_budget():
-    policy = BettingPolicy(repeats=1.5)
+    policy = BettingPolicy(repeats=1.5, min_extra=0)
     test: BettingTest = policy.open(["a", "b"])
     spent = 0
     while batch := test.next_batch():

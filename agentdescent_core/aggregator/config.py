@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentdescent_core.stats.policies import DEFAULT_REPEATS, POLICIES, baseline_repeats
+from agentdescent_core.stats.policies import (
+    DEFAULT_POLICY,
+    DEFAULT_REPEATS,
+    POLICIES,
+    baseline_repeats,
+)
 
 __all__ = ["TOURNAMENTS", "AggregatorConfig"]
 
@@ -17,7 +22,11 @@ class AggregatorConfig:
 
     A bucket of cards fires when it holds ``batch_size`` cards or when its
     oldest card has waited ``t_max`` rounds (so a rarely touched artifact is not
-    starved).  Candidates are measured at ``repeats`` per task at the first
+    starved).  ``acceptance`` names the policy (default ``betting``).  With
+    ``betting``, ``repeats`` (``--evolve-repeats``) sets the pair budget,
+    ``PAIRS_PER_REPEAT * repeats`` pairs per task on average, and the base is
+    evaluated once per task up front (more only where pairs need it); with
+    ``paired``, candidates are measured at ``repeats`` per task at the first
     look and the base at ``baseline_repeats`` (default
     :func:`agentdescent_core.stats.baseline_repeats`).  ``alpha_head`` /
     ``alpha_tail`` are the staleness tolerances of L1 / L2 artifacts.  A
@@ -43,7 +52,7 @@ class AggregatorConfig:
     t_max: int = 1
     repeats: int = DEFAULT_REPEATS
     baseline_repeats: int | None = None
-    acceptance: str = "paired"
+    acceptance: str = DEFAULT_POLICY
     alpha_head: int = 5
     alpha_tail: int = 1
     trust_region_ops: int = 20
@@ -98,11 +107,30 @@ class AggregatorConfig:
             )
 
     @property
+    def sequential(self) -> bool:
+        """True when the acceptance policy buys pairs itself (``betting``)."""
+        return self.acceptance == "betting"
+
+    @property
     def base_repeats(self) -> int:
-        """Repeats the base (the dev head) is evaluated with."""
+        """Repeats the base (the dev head) is evaluated with up front.
+
+        With ``betting`` one: the screen's base run of each task; the pairs
+        after it draw further base runs only where they are needed.
+        """
         if self.baseline_repeats is not None:
             return self.baseline_repeats
+        if self.sequential:
+            return 1
         return baseline_repeats(self.repeats)
+
+    @property
+    def score_repeats(self) -> int:
+        """Repeats per task behind a score (tournament, re-verification, cheap layer).
+
+        With ``betting`` one, the run its screen pairs reuse; otherwise ``repeats``.
+        """
+        return 1 if self.sequential else self.repeats
 
     @property
     def audit_repeats(self) -> int:

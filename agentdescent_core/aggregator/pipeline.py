@@ -47,7 +47,7 @@ class Firing:
     # ------------------------------------------------------------ helpers
 
     def _score(self, state: Mapping[str, str], tasks: Sequence[str]) -> float:
-        return self.agg.verifier.evaluate(state, tasks, self.agg.config.repeats).reward()
+        return self.agg.verifier.evaluate(state, tasks, self.agg.config.score_repeats).reward()
 
     def _report(self, category: MergeOutcome, reason: str, **fields: object) -> MergeReport:
         notes = "; ".join(self.notes)

@@ -129,7 +129,7 @@ class BettingTest:
         self.wealth = 1.0
         self.peak = 1.0
         self.pairs = 0
-        self.budget = max(len(ids), math.ceil(policy.repeats * len(ids)))
+        self.budget = max(len(ids) + policy.min_extra, math.ceil(policy.repeats * len(ids)))
         self._stop: str | None = None
 
     # ------------------------------------------------------------ betting
@@ -297,8 +297,9 @@ class BettingPolicy:
     """The default acceptance policy: a paired test by betting (see the module docstring).
 
     ``repeats`` is the pair budget per task on average: a candidate may buy at
-    most ``repeats * tasks`` pairs (the screen included), and one task at most
-    ``task_cap``.  The defaults were tuned on the simulated suites of
+    most ``repeats * tasks`` pairs (the screen included; at least ``tasks +
+    min_extra``, so that on a small suite one fixed test can still cross the
+    threshold, which takes 7 pairs), and one task at most ``task_cap``.  The defaults were tuned on the simulated suites of
     ``docs/statistics.md`` (``python -m bench.acceptance``).  ``alpha`` bounds
     the false-accept rate of a candidate that changes nothing (accept at
     wealth ``1 / alpha``), whatever the allocation and whenever the test
@@ -319,6 +320,7 @@ class BettingPolicy:
     prior: float = 1.0
     tie_penalty: float = 0.5
     stop_on_loss: bool = False
+    min_extra: int = 10
     floor: float = 0.05
     posterior_draws: int = 2000
     seed: int = 0
@@ -334,6 +336,8 @@ class BettingPolicy:
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {value}")
+        if self.min_extra < 0:
+            raise ValueError(f"min_extra must be >= 0, got {self.min_extra}")
         if self.task_cap < 1:
             raise ValueError(f"task_cap must be at least 1, got {self.task_cap}")
         if self.prior <= 0.0:

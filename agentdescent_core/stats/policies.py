@@ -102,6 +102,10 @@ class PairTest(Protocol):
 
     def decision(self) -> AcceptanceDecision: ...
 
+    def samples(self) -> tuple[TaskSamples, TaskSamples]:
+        """The (base, candidate) runs the pairs used so far."""
+        ...
+
 
 @runtime_checkable
 class Sequential(Protocol):
