@@ -299,8 +299,9 @@ class BettingPolicy:
     ``repeats`` is the pair budget per task on average: a candidate may buy at
     most ``repeats * tasks`` pairs (the screen included; at least ``tasks +
     min_extra``, so that on a small suite one fixed test can still cross the
-    threshold, which takes 7 pairs), and one task at most ``task_cap``.  The defaults were tuned on the simulated suites of
-    ``docs/statistics.md`` (``python -m bench.acceptance``).  ``alpha`` bounds
+    threshold, which takes 7 pairs), and one task at most ``task_cap``.  The
+    defaults were tuned on the simulated suites of ``docs/statistics.md``
+    (``python -m bench.acceptance``).  ``alpha`` bounds
     the false-accept rate of a candidate that changes nothing (accept at
     wealth ``1 / alpha``), whatever the allocation and whenever the test
     stops; ``floor`` is the wealth below which it gives up.  ``version`` is
