@@ -30,7 +30,7 @@ runs of a version may be shared by all of its candidates.
 Bets.  The first pair of every task (the **screen**, which covers every task
 once, so no broken test goes unseen) stakes ``screen_bet``.  A task's later
 pairs stake a Kelly estimate from that task's earlier pairs,
-``sum(d) / (sum(d**2) + 1)`` clipped to ``[0, cap]``: zero for a task whose
+``sum(d) / (sum(d**2) + prior)`` clipped to ``[0, cap]``: zero for a task whose
 pairs do not favour the candidate, growing towards ``cap`` while they keep
 agreeing.  Weighted tasks scale their bets by ``weight / max weight``.
 
@@ -77,9 +77,10 @@ DEFAULT_ALPHA = 0.035
 def kelly_bet(diffs: Sequence[float], cap: float, prior: float = 1.0) -> float:
     """The stake for the next pair of a task, from that task's earlier differences only.
 
-    ``sum(d) / (sum(d**2) + 1)`` is the Kelly-optimal fraction ``E[d] / E[d**2]``
-    shrunk towards 0 by one pseudo-pair: 1/2 after one win, 2/3 after two,
-    3/4 after three.  Clipped to ``[0, cap]``: the gambler never bets on the
+    ``sum(d) / (sum(d**2) + prior)`` is the Kelly-optimal fraction
+    ``E[d] / E[d**2]`` shrunk towards 0 by ``prior`` pseudo-pairs (with 1: 1/2
+    after one win, 2/3 after two, 3/4 after three; the policy uses 1.5, which
+    bets less on a task's first lucky win).  Clipped to ``[0, cap]``: the gambler never bets on the
     base (that would test the other direction) and never stakes everything.
     """
     total = math.fsum(diffs)
@@ -318,7 +319,7 @@ class BettingPolicy:
     screen_bet: float = 0.3
     cap: float = 0.8
     task_cap: int = 30
-    prior: float = 1.0
+    prior: float = 1.5
     tie_penalty: float = 0.5
     stop_on_loss: bool = False
     min_extra: int = 10
