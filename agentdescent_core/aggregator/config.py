@@ -38,12 +38,14 @@ class AggregatorConfig:
     ``trust_floor``; the cheap signal scores ``cheap_eval_tasks`` eval tasks
     (None: the tasks named on the cards).  ``fusion`` turns the fused-union
     candidate of the tournament on or off.  ``tournament`` says how the fused
-    union competes with its parts: ``"full"`` scores every entrant on the eval
-    tasks and keeps the best ((k + 1) evaluations of the eval set for k
-    proposals); ``"union-first"`` scores the union first and sends it on when it
-    beats the head, scoring the parts only when it does not (2 evaluations when
-    the parts are complementary, which is the common case; see
-    ``docs/performance.md``).  The acceptance test judges the winner either way.
+    union competes with its parts: ``"union-first"`` (the default) scores the
+    union first and sends it on when it beats the head, scoring the parts only
+    when it does not (2 evaluations when the parts are complementary, which is
+    the common case; see ``docs/performance.md``), and with a sequential
+    acceptance policy drops the parts of an accepted union that its own pairs
+    do not support; ``"full"`` scores every entrant on the eval tasks and keeps
+    the best ((k + 1) evaluations of the eval set for k proposals).  The
+    acceptance test judges the winner either way.
     ``oracle_repeats`` is how many repeats per task the full-evaluation oracle
     uses (None: the baseline's).
     """
@@ -63,7 +65,7 @@ class AggregatorConfig:
     trust_floor: float = 0.8
     fusion: bool = True
     oracle_repeats: int | None = None
-    tournament: str = "full"
+    tournament: str = "union-first"
 
     def __post_init__(self) -> None:
         positive = {
