@@ -76,7 +76,7 @@ class Plan:
     max_seconds: float
 
 
-FULL = Plan(Workload(), Workload(sleep=0.005), null_rounds=30, max_seconds=300.0)
+FULL = Plan(Workload(), Workload(sleep=0.005), null_rounds=100, max_seconds=300.0)
 QUICK = Plan(Workload(categories=4, per_category=4, sleep=0.01),
              Workload(categories=4, per_category=4, sleep=0.002), null_rounds=16,
              max_seconds=60.0)
