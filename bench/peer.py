@@ -20,8 +20,10 @@ Two measurements (``docs/performance.md`` says why each is shaped so):
     ``eval_concurrency`` 8, ``AppendRules``, ``held_out_frac=0.5`` (the
     reference refuses 0), ``target_reward=1.0``: seconds until every
     held-out task passes, sync and async, each engine with its default
-    acceptance settings; this project also with the deterministic-workload
-    setting of ``bench.parallel`` (1 candidate repeat against 3 base repeats).
+    acceptance settings (this project's: the ``betting`` test), and this
+    project also with its former default, the ``paired`` permutation test
+    (2 candidate repeats against 24 base repeats); task calls ("run calls",
+    every call of ``run``) are counted alongside the seconds.
 ``false-accept`` the same tasks made flaky with no possible improvement:
     every task passes with probability 0.6 whatever the artifact says, and
     every proposal is a new, useless rule.  Every commit is a false accept;
@@ -74,7 +76,7 @@ class Plan:
     max_seconds: float
 
 
-FULL = Plan(Workload(), Workload(sleep=0.005), null_rounds=30, max_seconds=300.0)
+FULL = Plan(Workload(), Workload(sleep=0.005), null_rounds=100, max_seconds=300.0)
 QUICK = Plan(Workload(categories=4, per_category=4, sleep=0.01),
              Workload(categories=4, per_category=4, sleep=0.002), null_rounds=16,
              max_seconds=60.0)
@@ -95,14 +97,20 @@ class Engine:
     agg_config: Callable[[], Any] | None = None
 
 
-def ours(deterministic: bool = False) -> Engine:
+def ours(acceptance: str | None = None) -> Engine:
+    """This project with its defaults, or with its former defaults (``"paired"``).
+
+    The former defaults are the ``paired`` permutation test (2 candidate
+    repeats, 24 base repeats) and the full fusion tournament.
+    """
     from agentdescent_core.aggregator import AggregatorConfig
     from agentdescent_core.artifacts.strategies import AppendRules
     from agentdescent_core.loop.async_evolve import async_evolve
     from agentdescent_core.loop.evolve import evolve
     from agentdescent_core.tasks import Task
 
-    config = (lambda: AggregatorConfig(repeats=1, baseline_repeats=3)) if deterministic else None
+    config = ((lambda: AggregatorConfig(acceptance=acceptance, tournament="full"))
+              if acceptance else None)
     return Engine("ours", Task, evolve, async_evolve, AppendRules, config)
 
 
@@ -199,10 +207,46 @@ def false_accepts(engine: Engine, work: Workload, rounds: int) -> dict[str, Any]
             "seconds": round(time.perf_counter() - started, 3), "error": result.error}
 
 
+def hitchhikers(engine: Engine, work: Workload, rounds: int) -> dict[str, Any]:
+    """Half the proposals useless: how many useless notes ride into dev inside fused versions.
+
+    Every other proposal is a useless note instead of the failing task's rule.
+    Every task is an evaluation task (``held_out_frac=0``, as the pytest plugin
+    runs: the whole suite is the reward), so the acceptance test pairs the tasks
+    a proposal was written for.  Counted: notes proposed, notes in the final
+    dev state (each one a hitchhiker: alone, a note is never accepted).
+    """
+    lock = threading.Lock()
+    proposals = [0]
+
+    def propose(rendered: str, task: Any, output: object, score: float) -> str | None:
+        if score >= 1.0:
+            return None
+        with lock:
+            proposals[0] += 1
+            number = proposals[0]
+        if number % 2 == 0:
+            return f"Note {number}: category {task.meta['category']:02d} questions deserve care."
+        return work.rule(int(str(task.meta["category"])))
+
+    started = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        options = {**_common(engine), "held_out_frac": 0.0}
+        result = engine.evolve(_tasks(engine, work), work.reward, run=work.run, propose=propose,
+                               strategy=engine.strategy(), rounds=rounds, target_reward=1.0,
+                               max_concurrency=WORKERS, **options)
+    notes = (proposals[0]) // 2
+    kept = str(result.rendered).count("Note ")
+    return {"notes_proposed": notes, "notes_kept": kept, "proposals": proposals[0],
+            "final_reward": result.final_reward, "rounds": len(result.history),
+            "outcomes": {str(k): int(v) for k, v in dict(result.outcomes()).items()},
+            "seconds": round(time.perf_counter() - started, 3), "error": result.error}
+
+
 def measure(plan: Plan, *, progress: bool = True) -> dict[str, Any]:
     """Every measurement, both engines, in this process (which must import the reference)."""
-    engines = {"ours": ours(), "ours_repeats_1_3": ours(deterministic=True),
-               "reference": reference()}
+    engines = {"ours": ours(), "ours_paired": ours("paired"), "reference": reference()}
     runs: dict[str, dict[str, Any]] = {}
     for mode in ("sync", "async"):
         for key, engine in engines.items():
@@ -220,25 +264,42 @@ def measure(plan: Plan, *, progress: bool = True) -> dict[str, Any]:
             print(f"  peer: {key:17} false accepts {row['committed']}/{row['decisions']} "
                   f"({row['seconds']:.1f} s)", file=sys.stderr, flush=True)
 
+    riders = {key: hitchhikers(engines[key], plan.null_work, plan.null_rounds)
+              for key in ("ours", "ours_paired")}
+    if progress:
+        for key, row in riders.items():
+            print(f"  peer: {key:17} hitchhikers {row['notes_kept']} of "
+                  f"{row['notes_proposed']} useless notes kept ({row['seconds']:.1f} s)",
+                  file=sys.stderr, flush=True)
+
     def pair(ours_value: Any, ref_value: Any) -> dict[str, Any]:
         return {"ours": ours_value, "reference": ref_value}
 
     metrics: dict[str, dict[str, Any]] = {}
     for mode in ("sync", "async"):
         ref_s = runs[f"reference:{mode}"]["seconds"]
-        for key, suffix in (("ours", ""), ("ours_repeats_1_3", "_repeats_1_3")):
+        ref_calls = runs[f"reference:{mode}"]["run_calls"]
+        for key, suffix in (("ours", ""), ("ours_paired", "_paired")):
             our_s = runs[f"{key}:{mode}"]["seconds"]
             metrics[f"seconds_{mode}_{WORKERS}{suffix}"] = pair(our_s, ref_s)
             metrics[f"wall_clock_ratio_{mode}_{WORKERS}{suffix}"] = pair(
                 round(our_s / ref_s, 2) if ref_s else None, 1.0)
+            our_calls = runs[f"{key}:{mode}"]["run_calls"]
+            metrics[f"run_calls_{mode}_{WORKERS}{suffix}"] = pair(our_calls, ref_calls)
+            metrics[f"run_calls_ratio_{mode}_{WORKERS}{suffix}"] = pair(
+                round(our_calls / ref_calls, 2) if ref_calls else None, 1.0)
         metrics[f"reached_target_{mode}"] = pair(runs[f"ours:{mode}"]["reached_target"],
                                                  runs[f"reference:{mode}"]["reached_target"])
     metrics["false_accept"] = pair(null["ours"]["rate"], null["reference"]["rate"])
     metrics["false_accept_decisions"] = pair(null["ours"]["decisions"],
                                              null["reference"]["decisions"])
+    metrics["useless_notes_kept"] = pair(riders["ours"]["notes_kept"], None)
+    metrics["useless_notes_proposed"] = pair(riders["ours"]["notes_proposed"], None)
+    metrics["useless_notes_kept_paired"] = pair(riders["ours_paired"]["notes_kept"], None)
     module = importlib.import_module(REFERENCE)
     return {
         "metrics": metrics,
+        "hitchhikers": riders,
         "reference_version": str(getattr(module, "__version__", "unknown")),
         "parameters": {
             "workers": WORKERS, "max_concurrency": WORKERS, "eval_concurrency": WORKERS,
@@ -252,9 +313,13 @@ def measure(plan: Plan, *, progress: bool = True) -> dict[str, Any]:
                              "sleep_per_run_call_s": plan.null_work.sleep,
                              "pass_probability": PASS_PROBABILITY,
                              "rounds": plan.null_rounds, "path": "sync"},
-            "ours_agg_config": "defaults (paired test, 2 candidate repeats, 24 base repeats); "
-                               "ours_repeats_1_3: AggregatorConfig(repeats=1, "
-                               "baseline_repeats=3)",
+            "ours_agg_config": "defaults (betting test: one pair per task, then pairs "
+                               "where they tell; union-first tournament); ours_paired: "
+                               "AggregatorConfig(acceptance='paired', tournament='full') "
+                               "(2 candidate repeats, 24 base repeats: the former defaults)",
+            "hitchhikers": {"held_out_frac": 0.0, "useless": "every other proposal",
+                            "rounds": plan.null_rounds,
+                            "sleep_per_run_call_s": plan.null_work.sleep},
             "reference_agg_config": "defaults (Beta test, base_delta=0.5, accept_samples=4000)",
         },
         "runs": runs,
@@ -353,7 +418,8 @@ def table(record: Mapping[str, Any]) -> str:
         "|---|---:|---:|---:|",
     ]
     for mode in ("sync", "async"):
-        for suffix, label in (("", "defaults"), ("_repeats_1_3", "repeats 1 / 3")):
+        for suffix, label in (("", "defaults (`betting`, union first)"),
+                              ("_paired", "former defaults (`paired`, full tournament)")):
             key = f"seconds_{mode}_{p['workers']}{suffix}"
             if key not in m:
                 continue
@@ -362,11 +428,20 @@ def table(record: Mapping[str, Any]) -> str:
             runs = record["runs"]
             ours_calls = runs[f"{'ours' if not suffix else 'ours' + suffix}:{mode}"]["run_calls"]
             ref_calls = runs[f"reference:{mode}"]["run_calls"]
+            calls_ratio = ours_calls / ref_calls if ref_calls else float("nan")
             lines.append(f"| seconds to all held-out tasks passing, {mode}, ours: {label} "
                          f"| {ours_s:.2f} s ({ours_calls:,} run calls) "
-                         f"| {ref_s:.2f} s ({ref_calls:,} run calls) | {ratio:.2f}x |")
+                         f"| {ref_s:.2f} s ({ref_calls:,} run calls) "
+                         f"| {ratio:.2f}x seconds, {calls_ratio:.2f}x run calls |")
     lines.append(f"| false accepts (flaky, no effect; {p['false_accept']['rounds']} sync rounds) "
                  f"| {interval('ours')} | {interval('reference')} | |")
+    riders = record.get("hitchhikers")
+    if riders:
+        for key, label in (("ours", "defaults"), ("ours_paired", "former defaults")):
+            row = riders[key]
+            lines.append(f"| useless notes kept in dev (half the proposals useless, "
+                         f"held_out_frac 0), ours: {label} | {row['notes_kept']} of "
+                         f"{row['notes_proposed']} | not measured | |")
     return "\n".join(lines)
 
 

@@ -346,37 +346,48 @@ def _verifier(plan: ProbedPlan, scratch: Path, base: str, tree: Any, backend: An
 def _measure(result: ReviewResult, plan: ProbedPlan, verifier: SandboxedVerifier,
              base_state: Mapping[str, str], head_state: Mapping[str, str],
              repeats: int | None, say: Log) -> None:
-    from agentdescent_core.aggregator.checks import MAX_LOOKS
+    from agentdescent_core.aggregator.checks import MAX_LOOKS, run_pairs
     from agentdescent_core.stats.policies import (
         DEFAULT_POLICY,
+        Sequential,
         baseline_repeats,
-        get_acceptance_policy,
+        policy_for,
     )
 
     first = repeats if repeats is not None else int(plan.settings.get("repeats", 2))
-    options = {"repeats": first} if DEFAULT_POLICY == "paired" else {}
-    policy = get_acceptance_policy(DEFAULT_POLICY, **options)
-    base_repeats = baseline_repeats(first)
+    policy = policy_for(DEFAULT_POLICY, first)
     split = verifier.split
     tasks = list(split.eval_tasks)
-    say(f"evaluating {len(tasks)} tasks at base ({base_repeats} repeats each, sandbox "
-        f"{verifier.backend.name})")
-    base_samples = verifier.evaluate(base_state, tasks, base_repeats)
-    if _unusable(result, verifier, base_state, "base"):
-        return
-    have = first
-    say(f"evaluating {len(tasks)} tasks at head ({have} repeats each)")
-    samples = verifier.evaluate(head_state, tasks, have)
-    if _unusable(result, verifier, head_state, "head"):
-        return
-    decision = policy.decide(base_samples, samples)
-    looks = 1
-    while decision.more_repeats > 0 and looks < MAX_LOOKS:
-        have += decision.more_repeats
-        say(f"not decided yet; evaluating the head at {have} repeats")
+    if isinstance(policy, Sequential):
+        # The same test as the run's: one pair per task, then pairs where they tell.
+        say(f"evaluating {len(tasks)} tasks in pairs at base and head (sandbox "
+            f"{verifier.backend.name})")
+        paired = run_pairs(verifier, policy, base_state, head_state, tasks)
+        for state, name in ((base_state, "base"), (head_state, "head")):
+            if _unusable(result, verifier, state, name):
+                return
+        decision, base_samples, samples = paired.decision, paired.base, paired.candidate
+        base_repeats = have = max(samples.repeats(t) for t in samples.tasks)
+    else:
+        base_repeats = baseline_repeats(first)
+        say(f"evaluating {len(tasks)} tasks at base ({base_repeats} repeats each, sandbox "
+            f"{verifier.backend.name})")
+        base_samples = verifier.evaluate(base_state, tasks, base_repeats)
+        if _unusable(result, verifier, base_state, "base"):
+            return
+        have = first
+        say(f"evaluating {len(tasks)} tasks at head ({have} repeats each)")
         samples = verifier.evaluate(head_state, tasks, have)
+        if _unusable(result, verifier, head_state, "head"):
+            return
         decision = policy.decide(base_samples, samples)
-        looks += 1
+        looks = 1
+        while decision.more_repeats > 0 and looks < MAX_LOOKS:
+            have += decision.more_repeats
+            say(f"not decided yet; evaluating the head at {have} repeats")
+            samples = verifier.evaluate(head_state, tasks, have)
+            decision = policy.decide(base_samples, samples)
+            looks += 1
     result.decision = decision
     result.repeats = (base_repeats, have)
     alpha = getattr(policy, "alpha", None)

@@ -316,7 +316,8 @@ KNOBS: tuple[Knob, ...] = (
          "Proposals made in parallel per round (default 2).", "N"),
     Knob("repeats", "--evolve-repeats", "evolve_repeats", "value", _INT,
          "an integer >= 1", _int_at_least(1),
-         f"Runs of every task per candidate, for flaky tests (default {DEFAULT_REPEATS}).", "N"),
+         "Pair budget of the acceptance test: up to 3 x N pairs of runs per task on "
+         f"average (default {DEFAULT_REPEATS}).", "N"),
     Knob("model", "--evolve-model", "evolve_model", "value", "string",
          "'anthropic:MODEL' or 'openai:MODEL'", _model,
          "The model that proposes edits, as anthropic:MODEL or openai:MODEL (the SDKs' "

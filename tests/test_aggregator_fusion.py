@@ -33,7 +33,8 @@ def test_edits_of_different_files_are_fused(worlds: Callable[..., World]):
     assert report.fused
     assert report.reward_after == 1.0
     assert report.conflicts_dropped == 0
-    assert "tournament:" in report.reason
+    # the default tournament tests the union first and scores its parts only if it loses
+    assert "union first" in report.reason
     assert "=1.000" in report.reason
     assert report.diff is not None
     assert report.diff.author == "w1, w2"
@@ -128,7 +129,7 @@ def test_fused_candidate_outside_the_trust_region_is_left_out(worlds: Callable[.
 def test_union_first_tournament_skips_the_parts_when_the_union_wins(
     worlds: Callable[..., World],
 ):
-    full = worlds(NEEDS, config=TWO)
+    full = worlds(NEEDS, config=AggregatorConfig(batch_size=2, tournament="full"))
     full_report = only(full.agg.step([full.rule("cite sources"), full.rule("answer in French")],
                                      1))
     quick = worlds(NEEDS, config=AggregatorConfig(batch_size=2, tournament="union-first"))
@@ -153,6 +154,34 @@ def test_union_first_falls_back_to_the_full_tournament_when_the_union_loses(
     assert not report.fused
     assert "union first" not in report.reason
     assert "tournament:" in report.reason
+
+
+def test_an_accepted_union_drops_a_part_its_own_pairs_do_not_support(
+    worlds: Callable[..., World],
+):
+    # A real fix (t0-t2 need "cite sources") fused with a useless note that claims t3.
+    w = worlds(NEEDS, config=TWO)
+    real = w.rule("cite sources", worker="w1", tasks=("t0",))
+    note = w.rule("be thorough", worker="w2", tasks=("t3",))
+    report = only(w.agg.step([real, note], round=1))
+    assert report.category == "committed"
+    assert "dropped 1 part(s) the union's own pairs do not support" in report.reason
+    assert not report.fused
+    assert report.diff is not None
+    assert report.diff.author == "w1"
+    text = "\n".join(w.agg.head()[1].values())
+    assert "cite sources" in text
+    assert "be thorough" not in text
+
+
+def test_a_union_of_two_real_fixes_keeps_both(worlds: Callable[..., World]):
+    w = worlds(NEEDS, config=TWO)
+    report = only(w.agg.step([w.rule("cite sources", worker="w1", tasks=("t0",)),
+                              w.rule("answer in French", worker="w2", tasks=("t3",))], 1))
+    assert report.category == "committed"
+    assert report.fused
+    assert "dropped" not in report.reason
+    assert report.reward_after == 1.0
 
 
 def test_unknown_tournament_is_refused():

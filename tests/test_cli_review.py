@@ -74,7 +74,10 @@ def test_json_has_the_table_and_the_numbers(agent: Path) -> None:
     assert (evaluation["reward_before"], evaluation["reward_after"]) == (0.0, 1.0)
     assert evaluation["accepted"] is True
     assert evaluation["p_improvement"] > 0.95
-    assert evaluation["repeats"]["base"] == 12  # the baseline repeats for 1 candidate repeat
+    # The default betting test pairs runs: base and head get as many runs on the
+    # busiest task, and a suite whose every test was fixed needs only a few.
+    assert evaluation["repeats"]["base"] == evaluation["repeats"]["head"]
+    assert 1 <= evaluation["repeats"]["head"] <= 3
     assert evaluation["sandbox"] == "local"
     kinds = {row["nodeid"]: row["kind"] for row in data["tasks"]}
     assert kinds["tests/test_bot.py::test_rules_keep_their_title"] == "guard"

@@ -12,15 +12,19 @@ from scipy import stats
 
 from agentdescent_core.stats import (
     DEFAULT_REPEATS,
+    PAIRS_PER_REPEAT,
     AcceptancePolicy,
     BetaPolicy,
+    BettingPolicy,
     PairedPolicy,
+    Sequential,
     TaskSamples,
     annealed_delta,
     baseline_repeats,
     find_flips,
     get_acceptance_policy,
     permutation_test,
+    policy_for,
     pooled_improvement,
     posterior_improvement,
 )
@@ -241,14 +245,21 @@ def test_defaults_and_registry():
     assert baseline_repeats() == baseline_repeats(DEFAULT_REPEATS)
     with pytest.raises(ValueError, match="at least 1"):
         baseline_repeats(0)
-    policy = get_acceptance_policy()
+    default = get_acceptance_policy()
+    assert isinstance(default, BettingPolicy)
+    assert isinstance(default, AcceptancePolicy)
+    assert isinstance(default, Sequential)
+    assert default.alpha == pytest.approx(0.035)
+    assert policy_for("betting", 2).repeats == PAIRS_PER_REPEAT * 2  # type: ignore[attr-defined]
+    assert policy_for("paired", 3).looks == (3, 6, 9)  # type: ignore[attr-defined]
+    policy = get_acceptance_policy("paired")
     assert isinstance(policy, PairedPolicy)
-    assert isinstance(policy, AcceptancePolicy)
+    assert not isinstance(policy, Sequential)
     assert policy.looks == (2, 4, 6)
     assert policy.alpha == pytest.approx(0.035)
     assert PairedPolicy(repeats=3, look_alphas=(0.01, 0.02)).looks == (3, 6)
     assert isinstance(get_acceptance_policy("beta", half_life=10), BetaPolicy)
-    with pytest.raises(ValueError, match="valid policies: beta, paired"):
+    with pytest.raises(ValueError, match="valid policies: beta, betting, paired"):
         get_acceptance_policy("threshold")
     with pytest.raises(ValueError, match="bad option for acceptance policy 'paired'"):
         get_acceptance_policy("paired", nonsense=1)

@@ -1,6 +1,7 @@
-"""The three acceptance criteria of the statistics, checked by simulation at fixed seeds.
+"""The acceptance criteria of the ``paired`` policy, checked by simulation at fixed seeds.
 
-Margins: the default policy's measured rates (bench/results/acceptance.json,
+(The default ``betting`` policy has its own in ``tests/test_stats_betting.py``.)
+Margins: the paired policy's measured rates (bench/results/acceptance.json,
 2,000 trials) are a false-accept rate near 3 % and a power near 85 %.  At
 the trial counts below, the chance that an implementation with those rates
 lands on the wrong side of 5 % / 80 % is about one in a thousand, so a

@@ -32,7 +32,7 @@ from agentdescent_core.evaluation.protocol import Verifier
 from agentdescent_core.evidence import EvidenceCard, MergeOutcome, MergeReport
 from agentdescent_core.ledger.ledger import PromoteResult
 from agentdescent_core.staleness import StalenessPolicy, get_policy
-from agentdescent_core.stats.policies import AcceptancePolicy, get_acceptance_policy
+from agentdescent_core.stats.policies import AcceptancePolicy, policy_for
 
 __all__ = ["Aggregator", "AggregatorProtocol"]
 
@@ -96,8 +96,7 @@ class Aggregator:
         )
         self.staleness_policy = staleness_policy or get_policy()
         if acceptance_policy is None:
-            options = {"repeats": config.repeats} if config.acceptance == "paired" else {}
-            acceptance_policy = get_acceptance_policy(config.acceptance, **options)
+            acceptance_policy = policy_for(config.acceptance, config.repeats)
         self.acceptance_policy = acceptance_policy
         self.oracle = oracle
         self.promotions: list[PromoteResult] = []

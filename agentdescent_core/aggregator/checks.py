@@ -1,9 +1,10 @@
 """The per-candidate checks of a firing: card validation, acceptance, guards.
 
 Validation runs first and costs no evaluation; the acceptance test follows the
-statistics package's calling protocol (base at the baseline repeats,
-candidate at ``repeats``, more candidate repeats while the policy asks for
-them); guards come last and only veto.
+statistics package's calling protocol: a sequential policy (the default
+``betting``) is fed the pairs it asks for, task by task; any other gets the
+base at the baseline repeats, the candidate at ``repeats`` and more candidate
+repeats while it asks for them.  Guards come last and only veto.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from agentdescent_core.aggregator.store import ArtifactStore
 from agentdescent_core.errors import RefusalError
 from agentdescent_core.evaluation.protocol import Verifier
 from agentdescent_core.evidence import EvidenceCard, MergeOutcome
-from agentdescent_core.stats.policies import AcceptancePolicy
-from agentdescent_core.stats.samples import PASS_THRESHOLD, AcceptanceDecision
+from agentdescent_core.stats.policies import AcceptancePolicy, Sequential
+from agentdescent_core.stats.samples import PASS_THRESHOLD, AcceptanceDecision, TaskSamples
 
-__all__ = ["GuardRegression", "Refusal", "accept", "check_ops", "guard_regressions",
-           "validate_card"]
+__all__ = ["GuardRegression", "PairRun", "Refusal", "accept", "check_ops", "guard_regressions",
+           "run_pairs", "validate_card"]
 
 #: Upper bound on sequential looks, so a policy that keeps asking cannot loop forever.
 MAX_LOOKS = 16
@@ -91,6 +92,54 @@ def validate_card(
     return None
 
 
+@dataclass(frozen=True)
+class PairRun:
+    """What a sequential test concluded, and the runs its pairs used."""
+
+    decision: AcceptanceDecision
+    base: TaskSamples
+    candidate: TaskSamples
+    pairs: int
+
+
+def run_pairs(
+    verifier: Verifier,
+    policy: Sequential,
+    base: Mapping[str, str],
+    candidate: Mapping[str, str],
+    tasks: Sequence[str],
+) -> PairRun:
+    """Feed ``policy``'s test the pairs it asks for until it decides.
+
+    Pair ``i`` of a task is the base's run ``i`` against the candidate's run
+    ``i``: the verifier returns the first ``i + 1`` runs and reuses those it
+    has, so the base's runs are a pool shared by every candidate of the
+    version (its run 0 is the baseline evaluation), each used at most once per
+    candidate, and a base run a pair uses was never looked at by this
+    candidate's test before its task was chosen.  A batch (every task that
+    earned another pair) is evaluated together, so its runs go in parallel.
+    """
+    ids = list(dict.fromkeys(tasks))
+    weights = {t: verifier.split.weight(t) for t in ids}
+    test = policy.open(ids, weights)
+    used = dict.fromkeys(ids, 0)
+    pairs = 0
+    while batch := test.next_batch():
+        by_index: dict[int, list[str]] = {}
+        for task in batch:
+            by_index.setdefault(used[task], []).append(task)
+        for index, group in sorted(by_index.items()):
+            runs_b = verifier.evaluate(base, group, index + 1)
+            runs_c = verifier.evaluate(candidate, group, index + 1)
+            for task in group:
+                test.add(task, runs_b.rewards[task][index], runs_c.rewards[task][index])
+                used[task] = index + 1
+                pairs += 1
+    decision = test.decision()
+    base_samples, cand_samples = test.samples()
+    return PairRun(decision, base_samples, cand_samples, pairs)
+
+
 def accept(
     verifier: Verifier,
     policy: AcceptancePolicy,
@@ -102,6 +151,8 @@ def accept(
     version: int,
 ) -> AcceptanceDecision:
     """Run the acceptance test's sequential plan to a verdict."""
+    if isinstance(policy, Sequential):
+        return run_pairs(verifier, policy, base, candidate, tasks).decision
     base_samples = verifier.evaluate(base, tasks, config.base_repeats)
     have = config.repeats
     samples = verifier.evaluate(candidate, tasks, have)

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentdescent_core.stats.policies import DEFAULT_REPEATS, POLICIES, baseline_repeats
+from agentdescent_core.stats.policies import (
+    DEFAULT_POLICY,
+    DEFAULT_REPEATS,
+    POLICIES,
+    baseline_repeats,
+)
 
 __all__ = ["TOURNAMENTS", "AggregatorConfig"]
 
@@ -17,7 +22,11 @@ class AggregatorConfig:
 
     A bucket of cards fires when it holds ``batch_size`` cards or when its
     oldest card has waited ``t_max`` rounds (so a rarely touched artifact is not
-    starved).  Candidates are measured at ``repeats`` per task at the first
+    starved).  ``acceptance`` names the policy (default ``betting``).  With
+    ``betting``, ``repeats`` (``--evolve-repeats``) sets the pair budget,
+    ``PAIRS_PER_REPEAT * repeats`` pairs per task on average, and the base is
+    evaluated once per task up front (more only where pairs need it); with
+    ``paired``, candidates are measured at ``repeats`` per task at the first
     look and the base at ``baseline_repeats`` (default
     :func:`agentdescent_core.stats.baseline_repeats`).  ``alpha_head`` /
     ``alpha_tail`` are the staleness tolerances of L1 / L2 artifacts.  A
@@ -29,12 +38,14 @@ class AggregatorConfig:
     ``trust_floor``; the cheap signal scores ``cheap_eval_tasks`` eval tasks
     (None: the tasks named on the cards).  ``fusion`` turns the fused-union
     candidate of the tournament on or off.  ``tournament`` says how the fused
-    union competes with its parts: ``"full"`` scores every entrant on the eval
-    tasks and keeps the best ((k + 1) evaluations of the eval set for k
-    proposals); ``"union-first"`` scores the union first and sends it on when it
-    beats the head, scoring the parts only when it does not (2 evaluations when
-    the parts are complementary, which is the common case; see
-    ``docs/performance.md``).  The acceptance test judges the winner either way.
+    union competes with its parts: ``"union-first"`` (the default) scores the
+    union first and sends it on when it beats the head, scoring the parts only
+    when it does not (2 evaluations when the parts are complementary, which is
+    the common case; see ``docs/performance.md``), and with a sequential
+    acceptance policy drops the parts of an accepted union that its own pairs
+    do not support; ``"full"`` scores every entrant on the eval tasks and keeps
+    the best ((k + 1) evaluations of the eval set for k proposals).  The
+    acceptance test judges the winner either way.
     ``oracle_repeats`` is how many repeats per task the full-evaluation oracle
     uses (None: the baseline's).
     """
@@ -43,7 +54,7 @@ class AggregatorConfig:
     t_max: int = 1
     repeats: int = DEFAULT_REPEATS
     baseline_repeats: int | None = None
-    acceptance: str = "paired"
+    acceptance: str = DEFAULT_POLICY
     alpha_head: int = 5
     alpha_tail: int = 1
     trust_region_ops: int = 20
@@ -54,7 +65,7 @@ class AggregatorConfig:
     trust_floor: float = 0.8
     fusion: bool = True
     oracle_repeats: int | None = None
-    tournament: str = "full"
+    tournament: str = "union-first"
 
     def __post_init__(self) -> None:
         positive = {
@@ -98,11 +109,30 @@ class AggregatorConfig:
             )
 
     @property
+    def sequential(self) -> bool:
+        """True when the acceptance policy buys pairs itself (``betting``)."""
+        return self.acceptance == "betting"
+
+    @property
     def base_repeats(self) -> int:
-        """Repeats the base (the dev head) is evaluated with."""
+        """Repeats the base (the dev head) is evaluated with up front.
+
+        With ``betting`` one: the screen's base run of each task; the pairs
+        after it draw further base runs only where they are needed.
+        """
         if self.baseline_repeats is not None:
             return self.baseline_repeats
+        if self.sequential:
+            return 1
         return baseline_repeats(self.repeats)
+
+    @property
+    def score_repeats(self) -> int:
+        """Repeats per task behind a score (tournament, re-verification, cheap layer).
+
+        With ``betting`` one, the run its screen pairs reuse; otherwise ``repeats``.
+        """
+        return 1 if self.sequential else self.repeats
 
     @property
     def audit_repeats(self) -> int:

@@ -11,7 +11,14 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from agentdescent_core.aggregator.candidates import Candidate, rebase_ops
-from agentdescent_core.aggregator.checks import accept, check_ops, guard_regressions, validate_card
+from agentdescent_core.aggregator.checks import (
+    PairRun,
+    accept,
+    check_ops,
+    guard_regressions,
+    run_pairs,
+    validate_card,
+)
 from agentdescent_core.aggregator.conflicts import dedupe, resolve_conflicts
 from agentdescent_core.aggregator.fusion import fuse, tournament
 from agentdescent_core.artifacts.diff import Diff
@@ -21,11 +28,23 @@ from agentdescent_core.evaluation.protocol import Disqualifying
 from agentdescent_core.evidence import EvidenceCard, MergeOutcome, MergeReport
 from agentdescent_core.ledger.message import Evidence
 from agentdescent_core.staleness import StalenessAction, alpha_for
+from agentdescent_core.stats.policies import Sequential
+from agentdescent_core.stats.samples import AcceptanceDecision
 
 if TYPE_CHECKING:
     from agentdescent_core.aggregator.aggregator import Aggregator
 
 __all__ = ["Firing"]
+
+
+class _Accepted:
+    """The acceptance verdict, and the smaller candidate to commit instead, if any."""
+
+    def __init__(self, decision: AcceptanceDecision,
+                 hitchhikers: tuple[Candidate, dict[str, str], AcceptanceDecision] | None = None
+                 ) -> None:
+        self.decision = decision
+        self.hitchhikers = hitchhikers
 
 
 class Firing:
@@ -43,11 +62,12 @@ class Firing:
         self.notes: list[str] = []
         self.counts = {"considered": 0, "discarded_stale": 0, "conflicts_dropped": 0}
         self._base_states: dict[int, dict[str, str] | None] = {}
+        self._parts: list[Candidate] = []
 
     # ------------------------------------------------------------ helpers
 
     def _score(self, state: Mapping[str, str], tasks: Sequence[str]) -> float:
-        return self.agg.verifier.evaluate(state, tasks, self.agg.config.repeats).reward()
+        return self.agg.verifier.evaluate(state, tasks, self.agg.config.score_repeats).reward()
 
     def _report(self, category: MergeOutcome, reason: str, **fields: object) -> MergeReport:
         notes = "; ".join(self.notes)
@@ -168,6 +188,9 @@ class Firing:
                 refusal = check_ops(fused.ops, self.agg.store, self.agg.config)
                 if refusal is None:
                     entrants.append(fused)
+                    inside = {id(card) for card in fused.cards}
+                    self._parts = [c for c in candidates
+                                   if all(id(card) in inside for card in c.cards)]
                 else:
                     self.notes.append(f"fusion left out: {refusal.reason}")
         if self.agg.config.tournament == "union-first" and len(entrants) > len(candidates):
@@ -238,8 +261,11 @@ class Firing:
         vetoed = self._audit(winner, state)
         if vetoed is not None:
             return vetoed
-        decision = accept(agg.verifier, agg.acceptance_policy, self.head, state, self.eval_tasks,
-                          agg.config, version=self.version)
+        verdict = self._accept(winner, state)
+        decision = verdict.decision
+        if verdict.hitchhikers is not None:
+            winner, state, decision = verdict.hitchhikers
+            diff = self._diff(winner)
         trust = agg.audit.record(cheap, decision.reward_candidate > decision.reward_base)
         # Uncertainty is highest where P(improvement) is nearest 1/2.
         agg.audit.submit(winner.key, agg.store.blast_radius,
@@ -265,6 +291,55 @@ class Firing:
             return self._report(MergeOutcome.GUARD_FAILED,
                                 f"{winner.label}: guard(s) regressed: {listed}", **measured)
         return self._commit(winner, diff, decision.reason, measured)
+
+    def _accept(self, winner: Candidate, state: dict[str, str]) -> _Accepted:
+        """The acceptance test's verdict; for an accepted union, without its hitchhikers.
+
+        "Union first, no hitchhikers": a fused union that the test accepts may
+        carry a part that did nothing (a useless note fused with a real fix).
+        A part whose own tasks were paired and none came out better is such a
+        part; the union without it is tested (its pairs reuse the base runs
+        and, where the states agree, nothing else) and committed instead when
+        it is accepted too, so the smaller candidate wins when the evidence
+        does not separate them.
+        """
+        agg = self.agg
+        policy = agg.acceptance_policy
+        if not isinstance(policy, Sequential):
+            return _Accepted(accept(agg.verifier, policy, self.head, state, self.eval_tasks,
+                                    agg.config, version=self.version))
+        paired = run_pairs(agg.verifier, policy, self.head, state, self.eval_tasks)
+        if not (paired.decision.accept and winner.fused and self._parts):
+            return _Accepted(paired.decision)
+        kept, dropped = self._supported(paired)
+        if not dropped or not kept:
+            return _Accepted(paired.decision)
+        smaller = kept[0] if len(kept) == 1 else fuse(kept, self.head, textual=self.textual)
+        if smaller is None:
+            return _Accepted(paired.decision)
+        small_state = smaller.state(self.head)
+        second = run_pairs(agg.verifier, policy, self.head, small_state, self.eval_tasks)
+        names = ", ".join(p.label for p in dropped)
+        if not second.decision.accept:
+            self.notes.append(f"kept the whole union: without {names} it is not accepted "
+                              f"({second.decision.reason})")
+            return _Accepted(paired.decision)
+        self.notes.append(f"dropped {len(dropped)} part(s) the union's own pairs do not "
+                          f"support: {names}")
+        return _Accepted(paired.decision, (smaller, small_state, second.decision))
+
+    def _supported(self, paired: PairRun) -> tuple[list[Candidate], list[Candidate]]:
+        """The union's parts split into (kept, dropped) by the union's pairs on their tasks."""
+        kept: list[Candidate] = []
+        dropped: list[Candidate] = []
+        for part in self._parts:
+            judged = [t for t in part.tasks if t in paired.candidate.rewards]
+            if judged and not any(paired.candidate.mean(t) > paired.base.mean(t)
+                                  for t in judged):
+                dropped.append(part)
+            else:
+                kept.append(part)
+        return kept, dropped
 
     def _disqualified(self, winner: Candidate, state: Mapping[str, str], diff: Diff
                       ) -> MergeReport | None:

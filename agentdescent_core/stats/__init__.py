@@ -1,10 +1,12 @@
-"""Acceptance statistics: does a candidate beat its base on the same tasks and repeats?
+"""Acceptance statistics: does a candidate beat its base on the same tasks?
 
-The default policy (``paired``) is an exact stratified permutation test run as
-a sequential plan of three looks, so a change with no effect is accepted at most
-3.5 % of the time however flaky the tests are, while a candidate that really
-fixes tests is accepted on few evaluations.  ``beta`` is the reference
-design's pooled Beta-posterior rule, kept for comparison.  The reasoning and
+The default policy (``betting``) is a paired test by betting, an e-process
+that buys pairs of runs (one base, one candidate, same task) where earlier
+pairs say they are informative, so a change with no effect is accepted at most
+3.5 % of the time however flaky the tests are and whenever the test stops.
+``paired`` is an exact stratified permutation test run as a sequential plan of
+three looks; ``beta`` is the reference design's pooled Beta-posterior rule,
+kept for comparison.  The reasoning and
 the measured rates are in ``docs/statistics.md``.
 """
 
@@ -21,7 +23,13 @@ _EXPORTS: dict[str, str] = {
     "PermutationResult": "agentdescent_core.stats.permutation",
     "Statistic": "agentdescent_core.stats.permutation",
     "permutation_test": "agentdescent_core.stats.permutation",
+    "BettingTest": "agentdescent_core.stats.betting",
+    "kelly_bet": "agentdescent_core.stats.betting",
     "DEFAULT_POLICY": "agentdescent_core.stats.policies",
+    "PAIRS_PER_REPEAT": "agentdescent_core.stats.policies",
+    "BettingPolicy": "agentdescent_core.stats.policies",
+    "Sequential": "agentdescent_core.stats.policies",
+    "policy_for": "agentdescent_core.stats.policies",
     "DEFAULT_REPEATS": "agentdescent_core.stats.policies",
     "POLICIES": "agentdescent_core.stats.policies",
     "AcceptancePolicy": "agentdescent_core.stats.policies",
@@ -40,23 +48,29 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "DEFAULT_POLICY",
     "DEFAULT_REPEATS",
+    "PAIRS_PER_REPEAT",
     "PASS_THRESHOLD",
     "POLICIES",
     "STATISTICS",
     "AcceptanceDecision",
     "AcceptancePolicy",
     "BetaPolicy",
+    "BettingPolicy",
+    "BettingTest",
     "Flip",
     "FlipKind",
     "PairedPolicy",
     "PermutationResult",
+    "Sequential",
     "Statistic",
     "TaskSamples",
     "annealed_delta",
     "baseline_repeats",
     "find_flips",
     "get_acceptance_policy",
+    "kelly_bet",
     "permutation_test",
+    "policy_for",
     "pooled_improvement",
     "posterior_improvement",
 ]
@@ -67,6 +81,7 @@ if TYPE_CHECKING:
         pooled_improvement,
         posterior_improvement,
     )
+    from agentdescent_core.stats.betting import BettingTest, kelly_bet
     from agentdescent_core.stats.permutation import (
         STATISTICS,
         PermutationResult,
@@ -76,12 +91,16 @@ if TYPE_CHECKING:
     from agentdescent_core.stats.policies import (
         DEFAULT_POLICY,
         DEFAULT_REPEATS,
+        PAIRS_PER_REPEAT,
         POLICIES,
         AcceptancePolicy,
         BetaPolicy,
+        BettingPolicy,
         PairedPolicy,
+        Sequential,
         baseline_repeats,
         get_acceptance_policy,
+        policy_for,
     )
     from agentdescent_core.stats.samples import (
         PASS_THRESHOLD,

@@ -1,14 +1,17 @@
-"""Acceptance policies: turn base and candidate samples into a commit / no-commit verdict.
+"""Acceptance policies: turn base and candidate runs into a commit / no-commit verdict.
 
-``paired`` (the default) is a stratified permutation test run as a
-sequential plan of three looks; ``beta`` is the reference design's rule, kept so the two can
-be compared on the same simulations (``python -m bench.acceptance``).  What
+``betting`` (the default) is a paired test by betting that buys pairs of runs
+one task at a time (:mod:`.betting`); ``paired`` is a stratified permutation
+test run as a sequential plan of three looks; ``beta`` is the reference
+design's rule, kept so the three can be compared on the same simulations
+(``python -m bench.acceptance``).  What
 each one guarantees is written up, with measured rates, in
 ``docs/statistics.md``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -18,6 +21,7 @@ from agentdescent_core.stats.beta import (
     pooled_improvement,
     posterior_improvement,
 )
+from agentdescent_core.stats.betting import BettingPolicy
 from agentdescent_core.stats.permutation import STATISTICS, Statistic, permutation_test
 from agentdescent_core.stats.samples import (
     AcceptanceDecision,
@@ -32,16 +36,26 @@ __all__ = [
     "DEFAULT_LOOK_ALPHAS",
     "DEFAULT_POLICY",
     "DEFAULT_REPEATS",
+    "PAIRS_PER_REPEAT",
     "POLICIES",
     "AcceptancePolicy",
     "BetaPolicy",
+    "BettingPolicy",
+    "PairTest",
     "PairedPolicy",
+    "Sequential",
     "baseline_repeats",
     "get_acceptance_policy",
+    "policy_for",
 ]
 
 DEFAULT_REPEATS = 2
-"""Candidate repeats per task at the first look (``--evolve-repeats``); later looks add as many."""
+"""``--evolve-repeats``.  For ``betting``: a candidate may buy up to
+:data:`PAIRS_PER_REPEAT` x this many pairs per task on average (6 by default).
+For ``paired``: candidate repeats per task at the first look; later looks add as many."""
+
+PAIRS_PER_REPEAT = 3
+"""Pairs per task of the ``betting`` budget for each ``--evolve-repeats``."""
 
 DEFAULT_LOOK_ALPHAS = (0.005, 0.01, 0.02)
 """Significance spent at each look; their sum, 3.5 %, bounds the false-accept rate."""
@@ -49,7 +63,7 @@ DEFAULT_LOOK_ALPHAS = (0.005, 0.01, 0.02)
 BASELINE_FACTOR = 12
 """Base repeats per candidate repeat (4x the last look's): see :func:`baseline_repeats`."""
 
-DEFAULT_POLICY = "paired"
+DEFAULT_POLICY = "betting"
 
 
 def baseline_repeats(repeats: int = DEFAULT_REPEATS) -> int:
@@ -71,6 +85,43 @@ class AcceptancePolicy(Protocol):
 
     @property
     def name(self) -> str: ...
+
+    def decide(
+        self, base: TaskSamples, candidate: TaskSamples, *, version: int = 0
+    ) -> AcceptanceDecision: ...
+
+
+class PairTest(Protocol):
+    """One candidate's sequential test: the caller buys the pairs it asks for."""
+
+    def next_batch(self) -> list[str]:
+        """Tasks to draw one more pair on (base run i, candidate run i); empty when decided."""
+        ...
+
+    def add(self, task: str, base: float, candidate: float) -> None: ...
+
+    def decision(self) -> AcceptanceDecision: ...
+
+    def samples(self) -> tuple[TaskSamples, TaskSamples]:
+        """The (base, candidate) runs the pairs used so far."""
+        ...
+
+
+@runtime_checkable
+class Sequential(Protocol):
+    """A policy that decides pair by pair, choosing where the next pairs are drawn.
+
+    ``agentdescent_core.aggregator.checks.accept`` drives it: pair ``i`` of a
+    task is the base's run ``i`` against the candidate's run ``i``, each run
+    at most once per candidate, base runs shared by the candidates of one
+    version (the verifier memoises them).
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    def open(self, tasks: Sequence[str], weights: Mapping[str, float] | None = None
+             ) -> PairTest: ...
 
     def decide(
         self, base: TaskSamples, candidate: TaskSamples, *, version: int = 0
@@ -259,10 +310,24 @@ class BetaPolicy:
         )
 
 
-POLICIES: dict[str, type[PairedPolicy] | type[BetaPolicy]] = {
+POLICIES: dict[str, type[BettingPolicy] | type[PairedPolicy] | type[BetaPolicy]] = {
+    "betting": BettingPolicy,
     "paired": PairedPolicy,
     "beta": BetaPolicy,
 }
+
+
+def policy_for(name: str, repeats: int = DEFAULT_REPEATS) -> AcceptancePolicy:
+    """The policy ``name`` as ``--evolve-repeats repeats`` configures it.
+
+    ``betting``: a budget of ``PAIRS_PER_REPEAT * repeats`` pairs per task on
+    average; ``paired``: ``repeats`` at the first look; ``beta``: unaffected.
+    """
+    if name == "betting":
+        return get_acceptance_policy(name, repeats=float(PAIRS_PER_REPEAT * repeats))
+    if name == "paired":
+        return get_acceptance_policy(name, repeats=repeats)
+    return get_acceptance_policy(name)
 
 
 def get_acceptance_policy(name: str = DEFAULT_POLICY, **options: Any) -> AcceptancePolicy:

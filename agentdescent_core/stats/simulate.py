@@ -19,7 +19,12 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats
 
-from agentdescent_core.stats.policies import DEFAULT_REPEATS, AcceptancePolicy, baseline_repeats
+from agentdescent_core.stats.policies import (
+    DEFAULT_REPEATS,
+    AcceptancePolicy,
+    Sequential,
+    baseline_repeats,
+)
 from agentdescent_core.stats.samples import TaskSamples
 
 __all__ = [
@@ -28,6 +33,7 @@ __all__ = [
     "deterministic_scenario",
     "flaky_effect_scenario",
     "flaky_null_scenario",
+    "graded_null_scenario",
     "simulate",
     "standard_scenarios",
 ]
@@ -44,6 +50,9 @@ class Scenario:
     base_pass: tuple[float, ...]
     candidate_pass: tuple[float, ...]
     expect: Literal["accept", "reject"]
+    noise: float = 0.0
+    """0: pass/fail runs (pass with the task's probability).  Above 0: graded runs,
+    the task's value plus uniform noise on [-noise, noise], clipped to [0, 1]."""
 
     def __post_init__(self) -> None:
         if len(self.base_pass) != len(self.candidate_pass) or not self.base_pass:
@@ -96,6 +105,19 @@ def flaky_effect_scenario(
     )
 
 
+def graded_null_scenario(tasks: int = 20, value: float = 0.5, noise: float = 0.3) -> Scenario:
+    """Graded rewards: every run scores ``value`` plus uniform noise, whatever the artifact."""
+    return Scenario(
+        "graded-no-effect",
+        f"{tasks} graded tasks scoring {value} +- uniform noise {noise} for base and "
+        "candidate alike",
+        (value,) * tasks,
+        (value,) * tasks,
+        "reject",
+        noise=noise,
+    )
+
+
 def standard_scenarios() -> tuple[Scenario, Scenario, Scenario]:
     """The three scenarios of the acceptance criteria, in the order the docs list them."""
     return deterministic_scenario(), flaky_null_scenario(), flaky_effect_scenario()
@@ -117,15 +139,42 @@ class ScenarioResult:
     candidate_repeats: float
     """Mean repeats per task spent per candidate."""
     base_runs: int
-    """Task evaluations of the base (paid once per version, shared by its candidates)."""
+    """Task evaluations of the base paid once per version, shared by its candidates (for a
+    sequential policy: the screen's one run per task, which is the version's baseline)."""
+    extra_base_runs: float = 0.0
+    """Mean base runs drawn for one candidate beyond ``base_runs`` (sequential policies)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def _draw(rng: np.random.Generator, probs: Sequence[float], repeats: int) -> np.ndarray:
+def _draw(rng: np.random.Generator, probs: Sequence[float], repeats: int,
+          noise: float = 0.0) -> np.ndarray:
     p = np.asarray(probs, dtype=np.float64)[:, None]
+    if noise > 0.0:
+        jitter = rng.uniform(-noise, noise, (p.shape[0], repeats))
+        return np.asarray(np.clip(p + jitter, 0.0, 1.0), dtype=np.float64)
     return (rng.random((p.shape[0], repeats)) < p).astype(np.float64)
+
+
+def _sequential(policy: Sequential, scenario: Scenario, nodeids: Sequence[str],
+                rng: np.random.Generator) -> tuple[bool, int, int]:
+    """One candidate through a sequential policy: (accepted, candidate runs, base runs).
+
+    Base run ``i`` of a task is drawn when a pair first needs it, as the
+    aggregator's memoising verifier would run it.
+    """
+    test = policy.open(nodeids)
+    index = {t: i for i, t in enumerate(nodeids)}
+    spent = 0
+    while batch := test.next_batch():
+        rows = [index[t] for t in batch]
+        base = _draw(rng, [scenario.base_pass[i] for i in rows], 1, scenario.noise)[:, 0]
+        cand = _draw(rng, [scenario.candidate_pass[i] for i in rows], 1, scenario.noise)[:, 0]
+        for task, b, c in zip(batch, base.tolist(), cand.tolist(), strict=True):
+            test.add(task, b, c)
+        spent += len(batch)
+    return test.decision().accept, spent, spent
 
 
 def _samples(nodeids: Sequence[str], outcomes: np.ndarray) -> TaskSamples:
@@ -133,7 +182,7 @@ def _samples(nodeids: Sequence[str], outcomes: np.ndarray) -> TaskSamples:
 
 
 def simulate(
-    policy: AcceptancePolicy,
+    policy: AcceptancePolicy | Sequential,
     scenario: Scenario,
     *,
     trials: int,
@@ -144,8 +193,12 @@ def simulate(
 ) -> ScenarioResult:
     """Run ``trials`` independent base/candidate evaluations of ``scenario`` through ``policy``.
 
-    The candidate starts with ``repeats`` per task and gets whatever more the
-    policy asks for; the base gets ``base_repeats`` (default
+    A :class:`~agentdescent_core.stats.policies.Sequential` policy (``betting``)
+    is fed pair by pair, each pair a fresh base run and a fresh candidate run,
+    and the base's screen runs count as the version's baseline (``base_runs``),
+    the rest as ``extra_base_runs``.  Any other policy: the candidate starts with
+    ``repeats`` per task and gets whatever more the policy asks for; the base gets
+    ``base_repeats`` (default
     :func:`baseline_repeats` of ``repeats``) and is drawn afresh each trial,
     so the rate is over both sources of luck.
     """
@@ -156,20 +209,37 @@ def simulate(
     nodeids = [f"tests/test_suite.py::test_task_{i:02d}" for i in range(scenario.tasks)]
     accepted = 0
     spent = 0
+    if isinstance(policy, Sequential):
+        base_spent = 0
+        for _ in range(trials):
+            ok, cand_runs, base_runs = _sequential(policy, scenario, nodeids, rng)
+            accepted += ok
+            spent += cand_runs
+            base_spent += base_runs
+        return _result(policy, scenario, trials, accepted, spent, scenario.tasks,
+                       extra_base=(base_spent / trials) - scenario.tasks)
     for _ in range(trials):
-        base = _samples(nodeids, _draw(rng, scenario.base_pass, b_repeats))
-        candidate = _samples(nodeids, _draw(rng, scenario.candidate_pass, repeats))
+        base = _samples(nodeids, _draw(rng, scenario.base_pass, b_repeats, scenario.noise))
+        candidate = _samples(nodeids, _draw(rng, scenario.candidate_pass, repeats,
+                                            scenario.noise))
         decision = policy.decide(base, candidate, version=version)
         for _look in range(MAX_LOOKS):
             if decision.more_repeats <= 0:
                 break
-            more = _samples(nodeids, _draw(rng, scenario.candidate_pass, decision.more_repeats))
+            more = _samples(nodeids, _draw(rng, scenario.candidate_pass, decision.more_repeats,
+                                           scenario.noise))
             candidate = candidate.extended(more)
             decision = policy.decide(base, candidate, version=version)
         else:
             raise RuntimeError(f"policy {policy.name!r} asked for repeats {MAX_LOOKS} times")
         accepted += decision.accept
         spent += candidate.evaluations
+    return _result(policy, scenario, trials, accepted, spent, b_repeats * scenario.tasks)
+
+
+def _result(policy: AcceptancePolicy | Sequential, scenario: Scenario, trials: int,
+            accepted: int, spent: int, base_runs: int, *, extra_base: float = 0.0
+            ) -> ScenarioResult:
     ci = stats.binomtest(accepted, trials).proportion_ci(confidence_level=0.95, method="exact")
     return ScenarioResult(
         scenario=scenario.name,
@@ -181,5 +251,6 @@ def simulate(
         ci_high=float(ci.high),
         candidate_runs=spent / trials,
         candidate_repeats=spent / trials / scenario.tasks,
-        base_runs=b_repeats * scenario.tasks,
+        base_runs=base_runs,
+        extra_base_runs=extra_base,
     )

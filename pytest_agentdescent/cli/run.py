@@ -65,7 +65,7 @@ def build_command(
 @click.option("--workers", type=click.IntRange(min=1),
               help="Proposals per round (--evolve-workers).")
 @click.option("--repeats", type=click.IntRange(min=1),
-              help="Runs of every task per candidate (--evolve-repeats).")
+              help="Pair budget of the acceptance test, 3 x N pairs per task (--evolve-repeats).")
 @click.option("--model", metavar="PROVIDER:MODEL",
               help="anthropic:MODEL or openai:MODEL (--evolve-model).")
 @click.option("--sandbox", type=click.Choice(BACKEND_NAMES),
