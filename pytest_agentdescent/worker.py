@@ -18,10 +18,12 @@ What the file holds, one JSON object per line, flushed as it happens:
 * ``{"collect_error": message}`` when a file cannot be collected — the parent
   then fails the whole candidate with that message.
 
-Repeats run in this one process, by running pytest's own test protocol on the
-same item several times (the way re-run plugins do): between repeats only the
-test's own node is torn down, so class-, module- and session-scoped fixtures
-are built once.  A watchdog thread enforces the per-test timeout: it writes the
+The parent asks for one run of each test per child (repeats are sweeps, each
+its own child process: a test that cannot run twice in one process, such as one
+consuming a generator parameter, then scores as under plain pytest).  A plan
+with several runs of one test is still carried out, by running pytest's own
+test protocol on the same item again (the way re-run plugins do), but the
+parent refuses to send one.  A watchdog thread enforces the per-test timeout: it writes the
 ``timeout`` record itself, then kills the whole process group, because a hung
 test cannot be interrupted from inside; the parent restarts a child for the
 tests that did not run.
