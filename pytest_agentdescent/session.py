@@ -269,7 +269,8 @@ class EvolveSession:
         proposer = HookProposer(self.config, verifier, roots=plan.roots, train=plan.train,
                                 sources=plan.sources, seed=settings.seed)
         agg_config = AggregatorConfig(repeats=settings.repeats,
-                                      promote_after=settings.promote_after)
+                                      promote_after=settings.promote_after,
+                                      baseline_repeats=settings.baseline_repeats)
         progress = _Progress(self, proposer, total=settings.rounds, model=self._model)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")

@@ -98,6 +98,7 @@ class EvolveSettings:
     session_patience: int | None = None
     degradation: float = 0.15
     tasks: str | None = None
+    baseline_repeats: int | None = None
 
     @property
     def enabled(self) -> bool:
@@ -424,6 +425,11 @@ KNOBS: tuple[Knob, ...] = (
          "a -k style expression such as 'humanize and not slow'", _task_expression,
          "Also make the tests this -k style expression selects tasks (names of tests, "
          "classes, modules and markers), without editing the tests.", "EXPR"),
+    Knob("baseline_repeats", None, "evolve_baseline_repeats", "value", _INT,
+         "an integer >= 1", _int_at_least(1),
+         "Runs of every task at the base before the first round (default 1: the acceptance "
+         "test buys more base runs where a pair needs one). More measure a flaky baseline "
+         "more exactly and name tests whose first run differs from later ones."),
 )
 
 _DEFAULTS = EvolveSettings()

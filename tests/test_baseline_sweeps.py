@@ -144,11 +144,11 @@ def before_of(report: dict[str, Any]) -> dict[str, float]:
 @pytest.fixture(scope="module", params=ALL_BACKENDS)
 def once_per_process(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
                      ) -> tuple[str, subprocess.CompletedProcess[str], dict[str, Any], Path]:
-    """The baseline of ONCE_PER_PROCESS under one backend (12 repeats: --evolve-repeats 1)."""
+    """The baseline of ONCE_PER_PROCESS under one backend, at 12 repeats."""
     name = str(request.param)
     require_backend(name)
     repo = make_repo(tmp_path_factory.mktemp(f"once-{name}") / "agent", ONCE_PER_PROCESS)
-    result, report = baseline(repo, name, "--evolve-repeats", "1")
+    result, report = baseline(repo, name, "-o", "evolve_baseline_repeats=12")
     return name, result, report, repo
 
 
@@ -183,7 +183,7 @@ def test_a_test_that_mutates_module_state_scores_as_plain_pytest(
 @pytest.fixture(scope="module")
 def order_dependent(tmp_path_factory: pytest.TempPathFactory
                     ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    """The baseline of ORDER_DEPENDENT under local (24 repeats, the default).
+    """The baseline of ORDER_DEPENDENT under local, at 24 repeats.
 
     Only ``local`` lets a test write outside its workspace; under bwrap and
     docker the same test fails on every run (nothing to warn about).
@@ -191,7 +191,7 @@ def order_dependent(tmp_path_factory: pytest.TempPathFactory
     outside = tmp_path_factory.mktemp("outside")
     repo = make_repo(tmp_path_factory.mktemp("order") / "agent",
                      ORDER_DEPENDENT.replace("OUTSIDE_HERE", repr(str(outside))))
-    return baseline(repo, "local")
+    return baseline(repo, "local", "-o", "evolve_baseline_repeats=24")
 
 
 def _warnings_naming(report: dict[str, Any], test: str) -> list[str]:
