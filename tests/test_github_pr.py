@@ -66,7 +66,8 @@ def test_create_then_update_then_close(user_repo: UserRepo, remote: Path):
         assert pull["body"].count(PR_MARKER) == 1
         assert created.body == pull["body"]
         assert set(created.to_json()) == {"operation", "number", "url", "branch", "base",
-                                          "pushed", "message"}
+                                          "pushed", "message", "head_sha"}
+        assert created.head_sha == first[-1]
         assert f"agentdescent review --base {user_repo.base} --head {first[-1]}" in pull["body"]
         assert "Greet by first name." in pull["body"]
         assert "0.250 | 0.750" in pull["body"]
