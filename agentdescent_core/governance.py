@@ -160,18 +160,16 @@ def compile_glob(pattern: str) -> re.Pattern[str]:
     not directory entries), so ``tests/`` also matches a file called ``tests``.
     """
     cleaned = _clean_pattern(pattern)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)
-            compiled = pathspec.GitIgnoreSpec.from_lines(["/" + cleaned]).patterns[0].regex
-    except (ValueError, re.error) as exc:
-        raise ValueError(f"frozen pattern {pattern!r} is not a valid glob: {exc}") from None
-    if compiled is None:
-        raise ValueError(f"frozen pattern {pattern!r} matches nothing; give a repo-relative "
-                         "glob such as 'tests/**'")
-    # pathspec's regex matches a prefix that ends at a "/" or the end; anything may follow
     with warnings.catch_warnings():  # "[[]" is a literal "[", not a nested set
         warnings.simplefilter("ignore", FutureWarning)
+        try:
+            compiled = pathspec.GitIgnoreSpec.from_lines(["/" + cleaned]).patterns[0].regex
+        except (ValueError, re.error) as exc:
+            raise ValueError(f"frozen pattern {pattern!r} is not a valid glob: {exc}") from None
+        if compiled is None:
+            raise ValueError(f"frozen pattern {pattern!r} matches nothing; give a "
+                             "repo-relative glob such as 'tests/**'")
+        # pathspec's regex matches a prefix ending at a "/" or the end; anything may follow
         return re.compile(f"(?:{compiled.pattern}).*", re.DOTALL)
 
 
