@@ -13,16 +13,14 @@ subprocess, as a user would (helpers from ``test_session_runs``).
 
 from __future__ import annotations
 
-import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import user_git, write
 from sandbox_support import ALL_BACKENDS, require_backend
-from test_session_runs import evolve, explain, report_of
+from test_session_runs import evolve, explain, plain_reward, report_of
 
 from agentdescent_core.artifacts.filetree import FileTree
 from agentdescent_core.evaluation.child import ChildConfig, run_tests, sweeps
@@ -114,16 +112,6 @@ def make_repo(path: Path, tests: str) -> Path:
     user_git(path, "add", "-A")
     user_git(path, "commit", "--quiet", "-m", "the agent")
     return path
-
-
-def plain_reward(repo: Path) -> tuple[int, float]:
-    """The ``evolve: N tasks, reward R`` line of a plain ``pytest`` run."""
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:benchmark"],
-        cwd=repo, capture_output=True, text=True, timeout=300, check=False)
-    found = re.search(r"evolve: (\d+) tasks, reward ([0-9.]+)", result.stdout)
-    assert found, explain(result)
-    return int(found.group(1)), float(found.group(2))
 
 
 def baseline(repo: Path, sandbox: str, *args: str) -> tuple[subprocess.CompletedProcess[str],

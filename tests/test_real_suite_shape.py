@@ -17,14 +17,12 @@ its ``reward_before`` must be the plain run's ``evolve: N tasks, reward R``.
 
 from __future__ import annotations
 
-import re
-import subprocess
 from pathlib import Path
 
 import pytest
 from conftest import user_git, write
 from sandbox_support import ALL_BACKENDS, require_backend
-from test_session_runs import evolve, explain, report_of, user_visible
+from test_session_runs import evolve, explain, plain_reward, report_of, user_visible
 
 pytestmark = pytest.mark.slow
 
@@ -193,15 +191,6 @@ def _outside_tool_caches(files: dict[str, str]) -> dict[str, str]:
     """The snapshot without hypothesis' cache, which ``pytest --evolve``'s own collection
     (in the repository, as any pytest run) writes to like plain pytest does."""
     return {k: v for k, v in files.items() if not k.startswith(".hypothesis/")}
-
-
-def plain_reward(repo: Path) -> tuple[int, float]:
-    """The tasks and reward of plain ``pytest``'s ``evolve: N tasks, reward R`` line."""
-    result = subprocess.run(["python", "-m", "pytest", "-q"], cwd=repo, capture_output=True,
-                            text=True, timeout=300, check=False)
-    found = re.search(r"evolve: (\d+) tasks?, reward ([0-9.]+)", result.stdout)
-    assert found, explain(result)
-    return int(found.group(1)), float(found.group(2))
 
 
 @pytest.mark.parametrize("backend", ALL_BACKENDS)

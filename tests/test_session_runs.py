@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -72,6 +73,7 @@ LEARN_RULE = '''\
 PROPOSER = '''\
 import json
 import os
+import re
 import re
 
 
@@ -162,6 +164,16 @@ def evolve(cwd: Path, *args: str, env: dict[str, str] | None = None, timeout: fl
          "--evolve-sandbox", "local", "--evolve-workers", "2", "--evolve-rounds", "6", *args],
         cwd=cwd, env=environ, capture_output=True, text=True, timeout=timeout, check=False,
     )
+
+
+def plain_reward(repo: Path) -> tuple[int, float]:
+    """Tasks and reward of a plain ``pytest`` run's ``evolve: N tasks, reward R`` line."""
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:benchmark"],
+        cwd=repo, capture_output=True, text=True, timeout=300, check=False)
+    found = re.search(r"evolve: (\d+) tasks?, reward ([0-9.]+)", result.stdout)
+    assert found, explain(result)
+    return int(found.group(1)), float(found.group(2))
 
 
 def explain(result: subprocess.CompletedProcess[str]) -> str:
