@@ -44,7 +44,11 @@ screen complete, the wealth has reached ``1 / alpha`` and the weighted mean of
 the tasks' mean ``d`` is positive (if it is not, the tasks that look worse get
 more pairs, with no bet, to tell a broken test from one unlucky run); it
 rejects for futility when no task is active, when the wealth falls below
-``floor``, or when the pair budget is spent.  Stopping for futility can only
+``floor``, or when the pair budget is spent.  Before giving up because no
+task is active, a test whose wealth is still at least ``rescreen_wealth``
+gives every task whose one pair tied a second pair at the screen's bet (once):
+a real improvement on a flaky test ties its first pair about a third of the
+time, and without this second look it would never be seen again.  Stopping for futility can only
 lower the false-accept rate, and accepting on the wealth's running maximum is
 covered by Ville's inequality, which bounds the maximum.
 """
@@ -132,6 +136,7 @@ class BettingTest:
         self.pairs = 0
         self.budget = max(len(ids) + policy.min_extra, math.ceil(policy.repeats * len(ids)))
         self._stop: str | None = None
+        self._rescreened = False
 
     # ------------------------------------------------------------ betting
 
@@ -139,7 +144,8 @@ class BettingTest:
         """The stake on ``task``'s next pair (from its earlier pairs only)."""
         state = self.tasks[task]
         scale = state.weight / self._top_weight
-        if state.pairs == 0:
+        if state.pairs == 0 or (state.pairs == 1 and state.diffs[0] == 0.0):
+            # The screen, and the second look at a task whose screen pair tied.
             return self.policy.screen_bet * scale
         return kelly_bet(state.diffs, self.policy.cap, self.policy.prior) * scale
 
@@ -225,9 +231,18 @@ class BettingTest:
         # Most promising first, so a budget that runs out cuts the least promising.
         ranked = sorted(self.active(), key=lambda t: -self.bet(t))
         if not ranked:
+            ranked = self._second_look()
+        if not ranked:
             self._stop = "exhausted"
             return []
         return ranked[:left]
+
+    def _second_look(self) -> list[str]:
+        """Tasks whose single pair tied, once, while the wealth says the test is still open."""
+        if self._rescreened or self.wealth < self.policy.rescreen_wealth:
+            return []
+        self._rescreened = True
+        return [t for t, s in self.tasks.items() if s.pairs == 1 and s.diffs[0] == 0.0]
 
     # ------------------------------------------------------------ verdict
 
@@ -305,7 +320,9 @@ class BettingPolicy:
     (``python -m bench.acceptance``).  ``alpha`` bounds
     the false-accept rate of a candidate that changes nothing (accept at
     wealth ``1 / alpha``), whatever the allocation and whenever the test
-    stops; ``floor`` is the wealth below which it gives up.  ``version`` is
+    stops; ``floor`` is the wealth below which it gives up; ``rescreen_wealth``
+    the wealth at which, with no task active, the tasks whose screen pair tied
+    get a second pair (``math.inf`` turns the second look off).  ``version`` is
     accepted for the protocol and ignored (the bound holds at every version).
 
     :meth:`open` starts a sequential test that the caller feeds pair by pair
@@ -317,13 +334,14 @@ class BettingPolicy:
     repeats: float = 6.0
     alpha: float = DEFAULT_ALPHA
     screen_bet: float = 0.3
-    cap: float = 0.8
-    task_cap: int = 30
-    prior: float = 1.5
+    cap: float = 0.7
+    task_cap: int = 60
+    prior: float = 1.0
     tie_penalty: float = 0.5
     stop_on_loss: bool = False
     min_extra: int = 10
     floor: float = 0.05
+    rescreen_wealth: float = 0.5
     posterior_draws: int = 2000
     seed: int = 0
 
@@ -348,6 +366,9 @@ class BettingPolicy:
             raise ValueError(f"tie_penalty must be >= 0, got {self.tie_penalty}")
         if not 0.0 <= self.floor < 1.0:
             raise ValueError(f"floor must be in [0, 1), got {self.floor}")
+        if not self.rescreen_wealth >= 0.0:
+            raise ValueError("rescreen_wealth must be >= 0 (math.inf: never take a second "
+                             f"look), got {self.rescreen_wealth}")
 
     def open(self, tasks: Sequence[str], weights: Mapping[str, float] | None = None
              ) -> BettingTest:
