@@ -180,3 +180,27 @@ def test_a_test_stops_on_its_budget():
 def test_bad_options_are_refused(bad: dict[str, float]):
     with pytest.raises(ValueError, match=next(iter(bad))):
         BettingPolicy(**bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("rescreen_wealth", [0.5, math.inf])
+def test_tests_whose_screen_pair_tied_get_one_second_look_while_the_wealth_holds(
+        rescreen_wealth: float):
+    policy = BettingPolicy(rescreen_wealth=rescreen_wealth)
+    test = policy.open(["tied", "lost", "won"])
+    assert test.next_batch() == ["tied", "lost", "won"]
+    test.add("tied", 1.0, 1.0)
+    test.add("lost", 1.0, 0.0)
+    test.add("won", 0.0, 1.0)
+    # every later pair ties: "won" runs out of score, "lost" is never drawn again, and
+    # "tied" is drawn once more, as the second look, at the screen's stake
+    drawn: list[str] = []
+    while batch := test.next_batch():
+        drawn += batch
+        for task in batch:
+            if task == "tied":
+                assert test.bet(task) == policy.screen_bet
+            test.add(task, 1.0, 1.0)
+    assert "lost" not in drawn
+    assert drawn.count("won") == 2
+    assert drawn.count("tied") == (1 if rescreen_wealth == 0.5 else 0)
+    assert "no task's pairs favour the candidate any more" in test.decision().reason

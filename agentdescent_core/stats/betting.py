@@ -48,9 +48,10 @@ rejects for futility when no task is active, when the wealth falls below
 task is active, a test whose wealth is still at least ``rescreen_wealth``
 gives every task whose one pair tied a second pair at the screen's bet (once):
 a real improvement on a flaky test ties its first pair about a third of the
-time, and without this second look it would never be seen again.  Stopping for futility can only
-lower the false-accept rate, and accepting on the wealth's running maximum is
-covered by Ville's inequality, which bounds the maximum.
+time, and without this second look it would never be seen again.  Stopping
+for futility can only lower the false-accept rate, and accepting on the
+wealth's running maximum is covered by Ville's inequality, which bounds the
+maximum.
 """
 
 from __future__ import annotations
@@ -112,6 +113,11 @@ class _Task:
     def lost(self) -> int:
         return sum(1 for d in self.diffs if d < 0)
 
+    @property
+    def tied_once(self) -> bool:
+        """One pair so far, and it tied: the task a second look is for."""
+        return self.diffs == [0.0]
+
 
 class BettingTest:
     """The state of one candidate's test: which pairs to buy next, the wealth, the verdict.
@@ -144,7 +150,7 @@ class BettingTest:
         """The stake on ``task``'s next pair (from its earlier pairs only)."""
         state = self.tasks[task]
         scale = state.weight / self._top_weight
-        if state.pairs == 0 or (state.pairs == 1 and state.diffs[0] == 0.0):
+        if state.pairs == 0 or state.tied_once:
             # The screen, and the second look at a task whose screen pair tied.
             return self.policy.screen_bet * scale
         return kelly_bet(state.diffs, self.policy.cap, self.policy.prior) * scale
@@ -242,7 +248,7 @@ class BettingTest:
         if self._rescreened or self.wealth < self.policy.rescreen_wealth:
             return []
         self._rescreened = True
-        return [t for t, s in self.tasks.items() if s.pairs == 1 and s.diffs[0] == 0.0]
+        return [t for t, s in self.tasks.items() if s.tied_once]
 
     # ------------------------------------------------------------ verdict
 
