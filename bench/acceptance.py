@@ -67,7 +67,12 @@ CRITERIA = {
     "flaky-real-effect": ("rate", ">=", 0.90),
 }
 RUNS_GOAL = 60.0
-"""Task runs per no-effect candidate (20 flaky tasks), base included: issue 16's goal."""
+"""Task runs per no-effect candidate (20 flaky tasks), base included: issue 16's goal.
+
+Measured as the evolve loop pays: the screen's base runs are the version's
+own runs from its acceptance test (``tests/test_evolve.py`` checks that),
+so a sequential policy's candidate pays for its base runs beyond the screen
+only."""
 
 
 def scenarios() -> list[Scenario]:
@@ -139,7 +144,7 @@ def run(trials: int, seed: int, *, progress: bool = True) -> dict[str, Any]:
                 "results": results,
                 "runs_per_null_candidate": null["runs_in_all"],
                 "runs_per_null_candidate_shared_screen": null["runs_in_all_shared_screen"],
-                "meets_runs": null["runs_in_all"] <= RUNS_GOAL,
+                "meets_runs": null["runs_in_all_shared_screen"] <= RUNS_GOAL,
                 "meets_all": all(r["meets"] for r in results),
             }
         )
@@ -175,7 +180,7 @@ def run(trials: int, seed: int, *, progress: bool = True) -> dict[str, Any]:
         ],
         "criteria": {**{name: f"{what} {op} {bound}"
                         for name, (what, op, bound) in CRITERIA.items()},
-                     "runs_per_null_candidate": f"<= {RUNS_GOAL:g}"},
+                     "runs_per_null_candidate_shared_screen": f"<= {RUNS_GOAL:g}"},
         "policies": rows,
     }
 
@@ -201,9 +206,9 @@ def table(record: dict[str, Any]) -> str:
         by = {r["scenario"]: r for r in row["results"]}
         null, eff = by["flaky-no-effect"], by["flaky-real-effect"]
         if null.get("extra_base_runs"):
-            runs = (f"{row['runs_per_null_candidate']:.1f} "
-                    f"({row['runs_per_null_candidate_shared_screen']:.1f} with the screen's "
-                    "base run shared)")
+            runs = (f"{row['runs_per_null_candidate_shared_screen']:.1f} "
+                    f"({row['runs_per_null_candidate']:.1f} if the screen's base runs were "
+                    "drawn afresh)")
         else:
             runs = (f"{row['runs_per_null_candidate']:.1f} ({null['candidate_runs']:.1f} + "
                     f"{null['base_runs']} base per version)")

@@ -188,7 +188,7 @@ def review(
             if result.failures:
                 return result
             _evaluate(result, plan, scratch, base_commit, head_commit, repeats=repeats,
-                      sandbox=sandbox, say=say)
+                      sandbox=sandbox, pytest_args=pytest_args, say=say)
         return result
     finally:
         repo.close()
@@ -285,7 +285,8 @@ def _inside(path: str, roots: Sequence[str]) -> bool:
 # ---------------------------------------------------------------- (b) evidence
 
 def _evaluate(result: ReviewResult, plan: ProbedPlan, scratch: Path, base: Any, head: Any, *,
-              repeats: int | None, sandbox: str | None, say: Log) -> None:
+              repeats: int | None, sandbox: str | None, pytest_args: Sequence[str],
+              say: Log) -> None:
     from agentdescent_core.artifacts.filetree import FileTree
     from agentdescent_core.errors import RefusalError
 
@@ -307,7 +308,7 @@ def _evaluate(result: ReviewResult, plan: ProbedPlan, scratch: Path, base: Any, 
         return
     backend = _backend(sandbox or str(settings.get("sandbox", "auto")))
     result.sandbox = backend.name
-    verifier = _verifier(plan, scratch, base.hexsha, tree, backend, result)
+    verifier = _verifier(plan, scratch, base.hexsha, tree, backend, result, pytest_args)
     try:
         _measure(result, plan, verifier, base_state, head_state, repeats, say)
     finally:
@@ -324,9 +325,9 @@ def _backend(name: str) -> Any:
 
 
 def _verifier(plan: ProbedPlan, scratch: Path, base: str, tree: Any, backend: Any,
-              result: ReviewResult) -> SandboxedVerifier:
+              result: ReviewResult, pytest_args: Sequence[str]) -> SandboxedVerifier:
     from agentdescent_core.sandbox.local import SandboxSetupError
-    from pytest_agentdescent.sandboxing import open_verifier
+    from pytest_agentdescent.sandboxing import open_verifier, plugin_args
 
     settings = plan.settings
     try:
@@ -336,6 +337,7 @@ def _verifier(plan: ProbedPlan, scratch: Path, base: str, tree: Any, backend: An
             network=settings.get("network", "default"),
             test_timeout=float(settings.get("test_timeout", 60.0)),
             eval_concurrency=int(settings.get("eval_concurrency", 1)), subdir=plan.subdir,
+            pytest_args=plugin_args(pytest_args, os.environ),
         )
     except (SandboxSetupError, ValueError) as exc:
         raise ReviewError(f"cannot set up the sandbox: {exc}") from None

@@ -7,8 +7,9 @@ setups with the same words; only the option a message names differs
 
 from __future__ import annotations
 
+import shlex
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,13 +42,50 @@ def usable_backend(name: str, *, option: str) -> Backend:
     return backend
 
 
+def plugin_args(args: Sequence[str], environ: Mapping[str, str] | None = None
+                ) -> tuple[str, ...]:
+    """The ``-p`` options of a pytest command line, for the child runs to load the same plugins.
+
+    Whoever runs ``pytest --evolve skills -p no:randomly`` compares the
+    baseline with what ``pytest -p no:randomly`` says; a child that loaded
+    every installed plugin would measure another suite.  ``PYTEST_ADDOPTS``
+    of ``environ`` counts as the start of the command line, as pytest reads
+    it (the children's scrubbed environment does not carry it).  This
+    plugin's own modules are left out (the child loads its recorder itself),
+    and so is anything after ``--``.
+    """
+    addopts = shlex.split((environ or {}).get("PYTEST_ADDOPTS", ""))
+    return (*_p_options(addopts), *_p_options(args))
+
+
+def _p_options(args: Sequence[str]) -> list[str]:
+    found: list[str] = []
+    words = iter(args)
+    for word in words:
+        if word == "--":
+            break
+        if word == "-p":
+            value = next(words, "")
+        elif word.startswith("-p") and len(word) > 2:
+            value = word[2:]
+        else:
+            continue
+        name = value.removeprefix("no:")
+        if value and not (name == "agentdescent" or name.startswith("pytest_agentdescent")):
+            found += ["-p", value]
+    return found
+
+
 def open_verifier(repo: Path, base: str, split: TaskSplit, *, tree: FileTree,
                   frozen: FrozenSet, backend: Backend, cache: EvalCache | None,
                   env_allow: Sequence[str], network: str, test_timeout: float,
-                  eval_concurrency: int, subdir: str) -> tuple[SandboxedVerifier, list[str]]:
+                  eval_concurrency: int, subdir: str, pytest_args: Sequence[str] = (),
+                  ) -> tuple[SandboxedVerifier, list[str]]:
     """A SandboxedVerifier at ``base`` and the warnings it gave while setting up.
 
-    SandboxSetupError and ValueError propagate for the caller to word.
+    ``pytest_args`` go to every child's command line (:func:`plugin_args` of
+    the user's).  SandboxSetupError and ValueError propagate for the caller
+    to word.
     """
     from agentdescent_core.evaluation.sandboxed import SandboxedVerifier
 
@@ -57,5 +95,6 @@ def open_verifier(repo: Path, base: str, split: TaskSplit, *, tree: FileTree,
             repo, base, split, tree=tree, frozen=frozen, backend=backend, cache=cache,
             env_allow=tuple(env_allow), network=network,  # type: ignore[arg-type]
             test_timeout=test_timeout, eval_concurrency=eval_concurrency, subdir=subdir,
+            pytest_args=tuple(pytest_args),
         )
     return verifier, [str(w.message) for w in caught]

@@ -494,7 +494,7 @@ class EvolveSession:
     def _verifier(self, plan: EvolvePlan, tree: FileTree, base: str, backend: Any,
                   cache: Any) -> SandboxedVerifier:
         from agentdescent_core.sandbox.local import SandboxSetupError
-        from pytest_agentdescent.sandboxing import open_verifier
+        from pytest_agentdescent.sandboxing import open_verifier, plugin_args
 
         settings = self.settings
         try:
@@ -503,6 +503,7 @@ class EvolveSession:
                 backend=backend, cache=cache, env_allow=settings.env,
                 network=settings.network, test_timeout=settings.test_timeout,
                 eval_concurrency=settings.eval_concurrency, subdir=plan.layout.subdir,
+                pytest_args=plugin_args(self.config.invocation_params.args, os.environ),
             )
         except SandboxSetupError as exc:
             raise pytest.UsageError(str(exc)) from None

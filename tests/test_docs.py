@@ -68,7 +68,8 @@ def test_readme_has_the_two_fresh_machine_commands() -> None:
     commands = shell_commands((ROOT / "README.md").read_text(encoding="utf-8"))
     installs = [c for c in commands if c.startswith("python -m pip install -e ")]
     assert any("examples/" in c for c in installs), "README lost the offline example command"
-    assert any(c.endswith("python -m pytest") for c in installs), "README lost the test command"
+    assert any(c.endswith("python -m pytest -n auto") for c in installs), \
+        "README lost the test command"
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ need a category rule the initial artifact lacks.
 from __future__ import annotations
 
 import glob
+import itertools
 import math
 import tempfile
 import threading
@@ -325,3 +326,46 @@ def test_staleness_appears_with_refresh_interval() -> None:
     assert result.error is None
     assert result.final_reward is not None
     assert result.final_reward > 0.0
+
+
+def test_a_versions_screen_base_runs_are_the_runs_of_its_own_acceptance() -> None:
+    # What the acceptance bench counts as free: the base run 0 of every evaluation task
+    # that the next candidates' screens pair against was made while the version was
+    # itself the candidate.
+    book = Rulebook()
+    events: list[tuple[str, str, str]] = []
+    lock = threading.Lock()
+
+    def run(rendered: str, task: Task) -> str:
+        with lock:
+            events.append(("run", rendered, task.id))
+        return book.run(rendered, task)
+
+    def propose(rendered: str, task: Task, output: Any, score: float) -> str:
+        with lock:
+            events.append(("propose", rendered, task.id))
+        return book.propose(rendered, task, output, score)
+
+    result = evolve(book.tasks, book.reward, run=run, propose=propose,
+                    strategy=AppendRules(), rounds=3, n_workers=1, held_out_frac=HELD_OUT)
+    assert result.error is None
+    assert result.outcomes()["committed"] >= 2
+    judged = sorted(book.held_out_ids)  # the aggregator's tasks; proposers see the rest
+    heads = [rendered for kind, rendered, _ in events if kind == "propose"]
+    versions = list(dict.fromkeys(heads))  # v0, v1, ...: the heads the proposer was shown
+    assert len(versions) >= 3
+    for earlier, version in itertools.pairwise(versions):
+        asked = next(i for i, e in enumerate(events) if e[0] == "propose" and e[1] == version)
+        proposed_before = max(i for i, e in enumerate(events)
+                              if e[0] == "propose" and e[1] == earlier)
+        first_run = {task: min(i for i, e in enumerate(events)
+                               if e[0] == "run" and e[1] == version and e[2] == task)
+                     for task in judged}
+        # every evaluation task's first run of the version: after it was proposed, before the
+        # next candidate was asked for, i.e. during its own acceptance test
+        assert all(proposed_before < i < asked for i in first_run.values()), first_run
+        # and the next candidates' screens drew none of them again: only the task the
+        # next rule fixes (a won pair, so paired deeper) needed fresh base runs
+        rerun = {e[2] for e in events[asked:] if e[0] == "run" and e[1] == version
+                 and e[2] in judged}
+        assert len(rerun) <= 1, rerun

@@ -60,3 +60,36 @@ def test_cli_console_script_help() -> None:
     assert completed.returncode == 0, completed.stderr
     assert "Usage:" in completed.stdout
     assert "--version" in completed.stdout
+
+
+@pytest.mark.parametrize(("args", "passed"), [
+    (["-p", "no:randomly", "--evolve", "skills"], ("-p", "no:randomly")),
+    (["-pno:junitxml", "-q", "-p", "myplugin"], ("-p", "no:junitxml", "-p", "myplugin")),
+    (["-p", "pytest_agentdescent.probe", "-p", "no:agentdescent"], ()),
+    (["-q", "--", "-p", "no:after_the_separator"], ()),
+    (["--pdb", "-k", "p"], ()),
+])
+def test_the_children_get_the_p_options_of_the_command_line(
+        args: list[str], passed: tuple[str, ...]) -> None:
+    from agentdescent_core.evaluation.child import child_argv
+    from pytest_agentdescent.sandboxing import plugin_args
+
+    assert plugin_args(args) == passed
+    argv = child_argv(["tests/test_x.py"], state_dir=Path("/s"), pytest_args=passed)
+    assert argv[-len(passed) - 1:] == [*passed, "tests/test_x.py"]
+
+
+def test_a_child_told_no_xdist_gets_no_n_option() -> None:
+    from agentdescent_core.evaluation.child import child_argv
+
+    assert "-n" in child_argv(["t.py"], state_dir=Path("/s"))
+    assert "-n" not in child_argv(["t.py"], state_dir=Path("/s"),
+                                  pytest_args=("-p", "no:xdist"))
+
+
+def test_the_p_options_of_pytest_addopts_come_first() -> None:
+    from pytest_agentdescent.sandboxing import plugin_args
+
+    environ = {"PYTEST_ADDOPTS": "-p no:hypothesispytest -q"}
+    assert plugin_args(["-p", "no:anyio"], environ) == (
+        "-p", "no:hypothesispytest", "-p", "no:anyio")

@@ -207,7 +207,7 @@ def test_the_sandboxed_baseline_is_the_plain_runs_reward(tmp_path: Path, backend
     assert reward == pytest.approx(9 / 12, abs=5e-4)
 
     result = evolve(repo, "--evolve-rounds", "0", "--evolve-dry-run",
-                    "--evolve-sandbox", backend, "--evolve-workers", "1")
+                    "--evolve-sandbox", backend, "--evolve-workers", "1", every_plugin=True)
 
     assert result.returncode == 0, explain(result)
     # no proposer is needed to measure the baseline only

@@ -152,14 +152,22 @@ def add_work_in_progress(path: Path) -> None:
     write(path / "debug.log", "ignored\n")
 
 
-def evolve(cwd: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 600
-           ) -> subprocess.CompletedProcess[str]:
-    """``pytest --evolve skills`` in ``cwd`` as a user runs it; later ``args`` win."""
-    environ = {k: v for k, v in os.environ.items() if k != CHILD_ENV}
+LEAN = ("-p", "no:cacheprovider", "-p", "no:benchmark")
+
+
+def evolve(cwd: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 600,
+           every_plugin: bool = False) -> subprocess.CompletedProcess[str]:
+    """``pytest --evolve skills`` in ``cwd`` as a user runs it; later ``args`` win.
+
+    ``every_plugin``: without the ``PYTEST_ADDOPTS`` of ``tests/conftest.py``, so the
+    run and its children load every plugin installed here, as a user's would.
+    """
+    drop = {CHILD_ENV, "PYTEST_ADDOPTS"} if every_plugin else {CHILD_ENV}
+    environ = {k: v for k, v in os.environ.items() if k not in drop}
     environ["PYTHONDONTWRITEBYTECODE"] = "1"
     environ.update(env or {})
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:benchmark",
+        [sys.executable, "-m", "pytest", *LEAN,
          "--evolve", "skills",
          "--evolve-sandbox", "local", "--evolve-workers", "2", "--evolve-rounds", "6", *args],
         cwd=cwd, env=environ, capture_output=True, text=True, timeout=timeout, check=False,
@@ -168,9 +176,8 @@ def evolve(cwd: Path, *args: str, env: dict[str, str] | None = None, timeout: fl
 
 def plain_reward(repo: Path) -> tuple[int, float]:
     """Tasks and reward of a plain ``pytest`` run's ``evolve: N tasks, reward R`` line."""
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:benchmark"],
-        cwd=repo, capture_output=True, text=True, timeout=300, check=False)
+    result = subprocess.run([sys.executable, "-m", "pytest", *LEAN],
+                            cwd=repo, capture_output=True, text=True, timeout=300, check=False)
     found = re.search(r"evolve: (\d+) tasks?, reward ([0-9.]+)", result.stdout)
     assert found, explain(result)
     return int(found.group(1)), float(found.group(2))
@@ -432,3 +439,24 @@ def test_a_hook_that_raises_ends_the_run_with_exit_1_and_a_report(tmp_path: Path
     assert ledger_refs(repo)["refs/heads/agentdescent/dev"] == base
     assert "error     " in result.stdout
     assert "KeyError" in result.stdout
+
+
+def test_the_children_load_the_plugins_the_command_line_chose(tmp_path: Path) -> None:
+    # the baseline is what `pytest -p no:junitxml` says, not what a child with every
+    # plugin loaded says
+    repo = tmp_path / "agent"
+    make_agent_repo(repo)
+    write(repo / "tests/test_plugins.py",
+          "import pytest\n\n\n@pytest.mark.evolve\n"
+          "def test_junitxml_is_off(request):\n"
+          "    assert not request.config.pluginmanager.has_plugin('junitxml')\n")
+    user_git(repo, "add", "-A")
+    user_git(repo, "commit", "--quiet", "-m", "a test of the plugin set")
+
+    plain = subprocess.run([sys.executable, "-m", "pytest", *LEAN, "-p", "no:junitxml"],
+                           cwd=repo, capture_output=True, text=True, timeout=300, check=False)
+    result = evolve(repo, "--evolve-rounds", "1", "--evolve-dry-run", "-p", "no:junitxml")
+
+    assert result.returncode == 0, explain(result)
+    assert "evolve: 10 tasks, reward 0.100" in plain.stdout, explain(plain)
+    assert "baseline  reward 0.100  (" in result.stdout, explain(result)

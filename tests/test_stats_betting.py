@@ -204,3 +204,24 @@ def test_tests_whose_screen_pair_tied_get_one_second_look_while_the_wealth_holds
     assert drawn.count("won") == 2
     assert drawn.count("tied") == (1 if rescreen_wealth == 0.5 else 0)
     assert "no task's pairs favour the candidate any more" in test.decision().reason
+
+
+def test_a_suite_where_every_screen_pair_tied_is_not_looked_at_twice():
+    # deterministic tests the edit did not change: the screen is all there is to buy
+    test = BettingPolicy().open([f"t{i}" for i in range(5)])
+    drawn = 0
+    while batch := test.next_batch():
+        for task in batch:
+            test.add(task, 1.0, 1.0)
+            drawn += 1
+    assert drawn == 5
+    assert not test.decision().accept
+
+
+def test_one_pair_that_did_not_tie_earns_the_tied_tests_their_second_look():
+    test = BettingPolicy().open(["moved", "a", "b"])
+    test.add("moved", 1.0, 0.0)  # a flaky test: its pair did not tie
+    test.add("a", 1.0, 1.0)
+    test.add("b", 0.0, 0.0)
+    # wealth 0.7 >= 0.5 and no task active: the tied ones get a second pair
+    assert test.next_batch() == ["a", "b"]

@@ -25,7 +25,8 @@ record or the whole candidate comes back with an error:
 * a collection error, or a child that exits before running any test: the
   candidate fails as a whole, with pytest's message (:attr:`ChildOutcome.error`).
 
-The child keeps the user's plugins and ini (autoload stays on); only pytest's
+The child keeps the user's plugins and ini (autoload stays on, and the ``-p``
+options of the user's own command line are passed on); only pytest's
 cache directory moves to the worker's state directory, ``--maxfail`` is reset
 so an ``-x`` in ``addopts`` cannot stop the evaluation early, ``-n 0`` turns
 off an ``-n`` of pytest-xdist in ``addopts`` (the recorder journals from the
@@ -186,8 +187,9 @@ def _xdist_installed() -> bool:
 def child_argv(test_files: Sequence[str], *, state_dir: Path,
                pytest_args: Sequence[str] = ()) -> list[str]:
     """The child's command line (see the module docstring for each choice)."""
-    # Later options win over addopts; -n exists only where xdist is installed.
-    no_xdist = ["-n", "0"] if _xdist_installed() else []
+    # Later options win over addopts; -n exists only where xdist is installed and loaded.
+    xdist_off = any(arg in ("no:xdist", "-pno:xdist") for arg in pytest_args)
+    no_xdist = ["-n", "0"] if _xdist_installed() and not xdist_off else []
     return [
         sys.executable, "-m", "pytest",
         "-p", _WORKER_PLUGIN,

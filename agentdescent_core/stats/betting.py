@@ -48,7 +48,9 @@ rejects for futility when no task is active, when the wealth falls below
 task is active, a test whose wealth is still at least ``rescreen_wealth``
 gives every task whose one pair tied a second pair at the screen's bet (once):
 a real improvement on a flaky test ties its first pair about a third of the
-time, and without this second look it would never be seen again.  Stopping
+time, and without this second look it would never be seen again.  When every
+pair so far tied there is no second look: that is a suite of deterministic
+tests the edit did not change, and their second pairs would tie as well.  Stopping
 for futility can only lower the false-accept rate, and accepting on the
 wealth's running maximum is covered by Ville's inequality, which bounds the
 maximum.
@@ -246,6 +248,11 @@ class BettingTest:
     def _second_look(self) -> list[str]:
         """Tasks whose single pair tied, once, while the wealth says the test is still open."""
         if self._rescreened or self.wealth < self.policy.rescreen_wealth:
+            return []
+        if all(d == 0.0 for state in self.tasks.values() for d in state.diffs):
+            # Every pair tied: a suite of deterministic tests the edit did not touch,
+            # where a second pair would tie again.  (A flaky suite ties everywhere
+            # only by chance, and nearly never on many tasks at once.)
             return []
         self._rescreened = True
         return [t for t, s in self.tasks.items() if s.tied_once]
