@@ -13,9 +13,11 @@ request's body).  The report is plain JSON data so scripts and the
 
 ``reward_before`` / ``reward_after`` are the weighted mean over every task
 (train and held-out, not guards) — the number a plain ``pytest`` run prints
-as "evolve: N tasks, reward R".  The engine's own acceptance reward (measured
-on the held-out tasks when there are any) is kept as ``eval_reward_before`` /
-``eval_reward_after`` and is what the per-round chart shows.
+as "evolve: N tasks, reward R".  The engine's own acceptance reward is kept as
+``eval_reward_before`` / ``eval_reward_after`` and is what the per-round chart
+shows; ``eval_on`` says which tasks it covers: ``all`` (the pytest plugin:
+train and held-out together), ``holdout`` (the held-out tasks, when there are
+any) or ``train``.
 """
 
 from __future__ import annotations
@@ -179,6 +181,7 @@ def build_report(
         },
         "eval_reward_before": result.initial_reward,
         "eval_reward_after": result.final_reward,
+        "eval_on": "all" if split.eval_on_all else "holdout" if split.held_out else "train",
         "rounds": result.rounds,
         "accepted": sum(info.merged for info in result.history),
         "version": result.version,
@@ -222,8 +225,8 @@ def _chart(report: Mapping[str, Any]) -> list[str]:
         return ["No reward was measured, so there is nothing to chart."]
     first = next(v for v in values if v is not None)
     points = [first if v is None else v for v in values]
-    holdout = (report.get("holdout") or {}).get("tasks", 0)
-    label = "held-out reward" if holdout else "reward"
+    label = {"all": "reward", "holdout": "held-out reward", "train": "train reward"}.get(
+        str(report.get("eval_on")), "reward")
     return line_chart(f"{label.capitalize()} per round",
                       [str(i) for i in range(len(points))], points, label)
 

@@ -21,6 +21,7 @@ from pytest_agentdescent.collect import IMPLICIT_HOLDOUT_MIN_TASKS, EvolvePlan
 __all__ = [
     "Out",
     "collect_listing",
+    "counted",
     "evolved_diff",
     "header_lines",
     "round_line",
@@ -71,8 +72,13 @@ def _split_line(plan: EvolvePlan) -> str:
     return f"holdout: {held} of {len(plan.tasks)} tasks{detail}"
 
 
+def counted(number: int, noun: str, plural: str | None = None) -> str:
+    """``"1 file"``, ``"2 files"``: a count with its noun in the right number."""
+    return f"{number} {noun if number == 1 else plural or noun + 's'}"
+
+
 def _roots_line(plan: EvolvePlan, files: int | None) -> str:
-    count = f" ({files} files)" if files is not None else ""
+    count = f" ({counted(files, 'file')})" if files is not None else ""
     return "artifact: " + ", ".join(plan.roots) + count
 
 

@@ -49,6 +49,23 @@ def test_a_good_repository_passes_and_nothing_changes(tmp_path: Path) -> None:
     assert snapshot(repo) == before  # no cache dir, no bytecode, no state dir
 
 
+def test_counts_of_one_are_singular(tmp_path: Path) -> None:
+    repo = tmp_path / "agent"
+    user_git(tmp_path, "init", "--quiet", "--initial-branch=main", str(repo))
+    write(repo / "skills/one.md", "Say hi.\n")
+    write(repo / "tests/test_one.py", "import pytest\n\n\n@pytest.mark.evolve\n"
+                                      "def test_one():\n    assert True\n")
+    write(repo / "pytest.ini", "[pytest]\nevolve_paths = skills\n")
+    user_git(repo, "add", "-A")
+    user_git(repo, "commit", "--quiet", "-m", "one of each")
+
+    result = agentdescent(repo, "check")
+
+    assert result.returncode == 0, explain(result)
+    assert result.stdout.strip() == ("ok: artifact skills (1 evolvable file); 1 task "
+                                     "(1 train, 0 holdout); 0 guards")
+
+
 def test_json_output_describes_the_plan(tmp_path: Path) -> None:
     repo = tmp_path / "agent"
     make_agent_repo(repo)

@@ -190,3 +190,18 @@ def test_markdown_shows_the_model_section_only_when_a_model_proposed() -> None:
     assert "## Model" in text
     assert "| openai:test-model | 3 | 1200 | 300 | 0.0123 | 1 |" in text
     assert "invalid-proposal ×2, secret ×1" in text
+
+
+def test_the_chart_is_titled_for_the_tasks_its_reward_covers() -> None:
+    # the pytest plugin measures acceptance on every task, held-out ones included
+    split = TaskSplit(train=SPLIT.train, held_out=SPLIT.held_out, guards=SPLIT.guards,
+                      eval_on_all=True)
+    report = build_report(result(), split=split, before=BEFORE, after=AFTER, dev=None,
+                          stable=None, calls=0, cost_usd=None)
+    assert report["eval_on"] == "all"
+    body = render_markdown(report)
+    assert "Reward per round" in body
+    assert "held-out" not in body.split("```mermaid", 1)[1]
+    no_holdout = build_report(result(), split=TaskSplit(train=SPLIT.train), before=BEFORE,
+                              after=AFTER, dev=None, stable=None, calls=0, cost_usd=None)
+    assert "Train reward per round" in render_markdown(no_holdout)

@@ -223,11 +223,14 @@ def check(paths: tuple[str, ...], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
     elif result.ok and result.plan is not None:
+        from pytest_agentdescent.terminal import counted
+
         plan = result.plan
         guards = len(plan.guards)
-        click.echo(f"ok: artifact {', '.join(plan.roots)} ({len(result.evolvable)} evolvable "
-                   f"files); {len(plan.tasks)} tasks ({len(plan.train)} train, "
-                   f"{len(plan.held_out)} holdout); {guards} guard{'s' if guards != 1 else ''}")
+        click.echo(f"ok: artifact {', '.join(plan.roots)} "
+                   f"({counted(len(result.evolvable), 'evolvable file')}); "
+                   f"{counted(len(plan.tasks), 'task')} ({len(plan.train)} train, "
+                   f"{len(plan.held_out)} holdout); {counted(guards, 'guard')}")
     if not result.ok:
         count = len(result.problems)
         click.echo(f"agentdescent check: {count} problem{'s' if count != 1 else ''} found",
