@@ -86,13 +86,8 @@ def acceptance_table(record: Mapping[str, Any]) -> str:
     for scenario, label in SCENARIOS:
         lines.append(f"| {label} | " + " | ".join(cell(k, scenario) for k, _l in shown) + " |")
     by_policy = {r["policy"]: r for r in record["policies"]}
-    runs = []
-    for key, _label in shown:
-        null = rows[key]["flaky-no-effect"]
-        row = by_policy[key]
-        total = row.get("runs_per_null_candidate_shared_screen",
-                        row.get("runs_per_null_candidate", null["candidate_runs"]))
-        runs.append(f"{total:.1f}")
+    runs = [f"{by_policy[key]['runs_per_null_candidate_shared_screen']:.1f}"
+            for key, _label in shown]
     lines.append("| task runs per no-effect candidate, base included (≤ 60) | "
                  + " | ".join(runs) + " |")
     lines += ["", f"{record['trials']} simulated candidates per cell, exact 95 % intervals, "

@@ -215,6 +215,8 @@ def check(paths: tuple[str, ...], as_json: bool) -> None:
     One line per problem on stderr; exit 0 ok, 1 problems found.
     Arguments after `--` go to the collecting pytest (e.g. `-- -c ci.ini`).
     """
+    from pytest_agentdescent.terminal import counted
+
     result = check_project(Path.cwd(), paths=paths, pytest_args=pytest_args())
     for warning in result.warnings:
         click.echo(f"agentdescent check: warning: {warning}", err=True)
@@ -223,8 +225,6 @@ def check(paths: tuple[str, ...], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
     elif result.ok and result.plan is not None:
-        from pytest_agentdescent.terminal import counted
-
         plan = result.plan
         guards = len(plan.guards)
         click.echo(f"ok: artifact {', '.join(plan.roots)} "
@@ -232,7 +232,6 @@ def check(paths: tuple[str, ...], as_json: bool) -> None:
                    f"{counted(len(plan.tasks), 'task')} ({len(plan.train)} train, "
                    f"{len(plan.held_out)} holdout); {counted(guards, 'guard')}")
     if not result.ok:
-        count = len(result.problems)
-        click.echo(f"agentdescent check: {count} problem{'s' if count != 1 else ''} found",
+        click.echo(f"agentdescent check: {counted(len(result.problems), 'problem')} found",
                    err=True)
         raise SystemExit(1)
