@@ -46,6 +46,7 @@ from agentdescent_core.proposers.reflector import (
     RejectedProposal,
     build_prompt,
 )
+from agentdescent_core.stops import StopReason
 from pytest_agentdescent.hooks import ProposeContext
 from pytest_agentdescent.proposer import Edits
 
@@ -225,7 +226,7 @@ class ModelProposer:
             estimate = self._first_call_cost(system, user)
         if spent + estimate > self._max_usd:
             raise BudgetExhausted(
-                "max_usd",
+                StopReason.MAX_USD,
                 f"the next model call (about {estimate:.4f} USD) would take the cost past "
                 f"--evolve-max-usd {self._max_usd} ({spent:.4f} USD spent)",
             )

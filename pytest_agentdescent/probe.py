@@ -32,12 +32,18 @@ import tempfile
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
 from agentdescent_core.errors import AgentDescentError
 from pytest_agentdescent.collect import EvolveTask, task_split
+
+if TYPE_CHECKING:
+    from agentdescent_core.evaluation.protocol import TaskSplit
+    from agentdescent_core.governance import FrozenSet
+    from pytest_agentdescent.collect import EvolvePlan
+    from pytest_agentdescent.settings import EvolveSettings
 
 __all__ = [
     "PLUGIN",
@@ -112,14 +118,14 @@ class ProbedPlan:
     def rootdir(self) -> Path:
         return self.root / self.subdir if self.subdir else self.root
 
-    def frozen_set(self) -> Any:
+    def frozen_set(self) -> FrozenSet:
         """The run's :class:`~agentdescent_core.governance.FrozenSet`, rebuilt."""
         from agentdescent_core.governance import FrozenSet
 
         return FrozenSet(self.frozen_patterns, artifact_roots=self.roots,
                          frozen_files=self.frozen_files)
 
-    def split(self) -> Any:
+    def split(self) -> TaskSplit:
         """The run's :class:`~agentdescent_core.evaluation.protocol.TaskSplit`, as the plugin
         makes it."""
         return task_split(self.tasks, self.guards)
@@ -293,6 +299,17 @@ def pytest_collection_finish(session: pytest.Session) -> Generator[None, None, N
 _ERRORS: list[dict[str, str]] = []
 
 
+class _Controller(Protocol):
+    """What the probe reads of the controller plugin (``EvolveSession``) once collection is done.
+
+    A protocol rather than the class, so the probe does not depend on how the
+    session is built; ``plan`` is None when the plugin refused before collecting.
+    """
+
+    plan: EvolvePlan | None
+    settings: EvolveSettings
+
+
 def pytest_collectreport(report: pytest.CollectReport) -> None:
     if report.failed and os.environ.get(PROBE_ENV):
         _ERRORS.append({"nodeid": report.nodeid, "message": report.longreprtext})
@@ -305,14 +322,15 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if _ERRORS:
         _write({"status": "collection-error", "errors": list(_ERRORS)})
         return
-    controller = session.config.pluginmanager.get_plugin(_SESSION)
-    plan = getattr(controller, "plan", None)
+    controller: _Controller | None = session.config.pluginmanager.get_plugin(_SESSION)
+    plan = None if controller is None else controller.plan
     if controller is None or plan is None:
         return  # a usage error was written where it was raised
     _write({"status": "ok", "plan": _plan_json(plan, session.config, controller.settings)})
 
 
-def _plan_json(plan: Any, config: pytest.Config, settings: Any) -> dict[str, Any]:
+def _plan_json(plan: EvolvePlan, config: pytest.Config,
+               settings: EvolveSettings) -> dict[str, Any]:
     values = dataclasses.asdict(settings)
     inipath = config.inipath
     return {

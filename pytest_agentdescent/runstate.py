@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from agentdescent_core.stops import StopReason
 from pytest_agentdescent.settings import EvolveSettings
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from agentdescent_core.evaluation.sandboxed import SandboxedVerifier
     from agentdescent_core.ledger.ledger import Ledger
     from agentdescent_core.loop.durable import SqliteRunStore
-    from agentdescent_core.loop.durable_evolve import RepositoryLease
+    from agentdescent_core.loop.lease import RepositoryLease
     from agentdescent_core.loop.result import EvolutionResult, RoundInfo
     from agentdescent_core.loop.schedule import SessionDecision
     from agentdescent_core.proposers.guardrails import Guardrails
@@ -34,15 +35,6 @@ if TYPE_CHECKING:
     from pytest_agentdescent.proposer import HookProposer
     from pytest_agentdescent.terminal import Out
 
-__all__ = [
-    "RUN_STORE",
-    "STOP_FILE",
-    "STOP_VARIABLE",
-    "RoundsOutcome",
-    "RunState",
-    "kill_switch",
-    "run_key",
-]
 
 RUN_STORE = "runs.sqlite3"
 STOP_FILE = "STOP"
@@ -92,12 +84,9 @@ class RunState:
     def open(cls, state_dir: Path, *, repo_root: Path, prefix: str, dry_run: bool) -> RunState:
         """Open the store and take the repository lease, or raise UsageError saying who holds it."""
         from agentdescent_core.errors import AgentDescentError
+        from agentdescent_core.ledger.base import clear_stale_ref_locks
         from agentdescent_core.loop.durable import SqliteRunStore
-        from agentdescent_core.loop.durable_evolve import (
-            RepositoryLease,
-            RunRefused,
-            clear_stale_ref_locks,
-        )
+        from agentdescent_core.loop.lease import RepositoryLease, RunRefused
 
         try:
             store = SqliteRunStore(state_dir / RUN_STORE)
@@ -130,49 +119,38 @@ class RunState:
     def run_rounds(self, settings: EvolveSettings, plan: EvolvePlan, tree: FileTree,
                    ledger: Ledger, verifier: SandboxedVerifier, proposer: HookProposer, *,
                    agg_config: AggregatorConfig, on_round: Callable[[RoundInfo], object],
-                   last_round: Callable[[], RoundInfo | None], skip: str | None,
-                   out: Out, guardrails: Guardrails | None = None) -> RoundsOutcome:
-        """The rounds as a LoopKernel run: a new run, or the unfinished one with the same key."""
-        from agentdescent_core.loop.durable_evolve import evolve_durably, loop_config
-        from agentdescent_core.loop.kernel import LoopKernel
-        from agentdescent_core.loop.verified import VerifiedRun
+                   skip: str | None, out: Out, guardrails: Guardrails | None = None
+                   ) -> RoundsOutcome:
+        """The rounds as a durable run: a new run, or the unfinished one with the same key."""
+        from agentdescent_core.loop.durable_run import DurableRun
 
         rounds = 0 if skip is not None else settings.rounds
-        kernel = LoopKernel(self.store, loop_config(
-            rounds=rounds, patience=settings.patience, max_calls=settings.max_calls,
-            seed=settings.seed, workspace=str(plan.layout.root)))
-        key = None if settings.dry_run else run_key(settings, plan.roots, plan.layout.subdir)
-        run_id = kernel.submit(key=key)
-        recorded = kernel.report(run_id)
-        if recorded.status == "running":  # same arguments as a run that never finished
-            out.line(f"run       resuming {run_id} after round {len(recorded.generations)} of "
-                     f"{rounds} (it was killed before it finished)", yellow=True)
-        # the call budget spans the whole run, restarts included
-        spent = int(recorded.total_cost)
-        remaining = None if settings.max_calls is None else max(settings.max_calls - spent, 1)
-        run = VerifiedRun(
-            verifier, ledger, tree, proposer, n_workers=settings.workers, rounds=rounds,
+        run = DurableRun(
+            self.store, verifier, ledger, tree, proposer, holder=self.lease.holder,
+            key=None if settings.dry_run else run_key(settings, plan.roots, plan.layout.subdir),
+            workspace=str(plan.layout.root), rounds=rounds, patience=settings.patience,
+            max_calls=settings.max_calls, seed=settings.seed, n_workers=settings.workers,
             agg_config=agg_config,
             # nothing can beat a perfect reward: without a target, stop there
             target_reward=1.0 if settings.target is None else settings.target,
-            max_calls=remaining, seed=settings.seed, on_round=on_round,
-            artifact_id="+".join(plan.roots), guardrails=guardrails,
+            artifact_id="+".join(plan.roots), calls=lambda: proposer.calls,
+            on_round=on_round, guardrails=guardrails,
         )
+        if run.resuming:  # same arguments as a run that never finished
+            out.line(f"run       resuming {run.run_id} after round {run.replayed} of "
+                     f"{rounds} (it was killed before it finished)", yellow=True)
         switch = kill_switch(self.state_dir)
         try:
-            outcome = evolve_durably(
-                run, ledger, kernel, run_id, holder=self.lease.holder,
-                calls=lambda: proposer.calls, last_round=last_round,
-                cancel=lambda: switch.reason() if switch.engaged() else None, skip=skip,
-            )
+            outcome = run.run(cancel=lambda: switch.reason() if switch.engaged() else None,
+                              skip=skip)
         finally:
             run.close()
         loop = outcome.report
-        info = {"id": run_id, "status": loop.status, "generations": len(loop.generations),
-                "replayed": outcome.replayed, "stopped_reason": loop.stopped_reason,
-                "store": str(self.store_path)}
+        info = {"id": outcome.run_id, "status": loop.status,
+                "generations": len(loop.generations), "replayed": outcome.replayed,
+                "stopped_reason": loop.stopped_reason, "store": str(self.store_path)}
         notes = []
-        if outcome.result.stop_reason == "kill-switch":
+        if outcome.result.stop_reason == StopReason.KILL_SWITCH:
             notes.append(f"stopped by the kill switch ({switch.reason()}); remove "
                          f"{self.state_dir / STOP_FILE} (or unset {STOP_VARIABLE}) to run again")
         return RoundsOutcome(outcome.result, info, notes)
@@ -195,36 +173,3 @@ class RunState:
         return decide_session(entries, baseline=baseline, tasks=tasks,
                               patience=settings.session_patience,
                               degradation=settings.degradation)
-
-    @staticmethod
-    def record_session(repo_root: Path, prefix: str, report: Mapping[str, Any],
-                       decision: SessionDecision, tasks: Sequence[str],
-                       started_at: float) -> str | None:
-        """Append this session to the history; a warning text when it could not be recorded."""
-        from agentdescent_core.errors import LedgerError
-        from agentdescent_core.loop.schedule import SessionEntry, SessionHistory
-
-        entry = SessionEntry(
-            started_at=started_at, base=str(report.get("base") or ""),
-            baseline=_number(report.get("eval_reward_before")),
-            final=_number(report.get("eval_reward_after")),
-            evolved=decision.evolve, decision="evolve" if decision.evolve else "skip",
-            reason=decision.reason, tasks=tuple(tasks),
-            stop_reason=None if report.get("stop_reason") is None
-            else str(report["stop_reason"]),
-            error=None if report.get("error") is None else str(report["error"]),
-            accepted=int(report.get("accepted") or 0),
-        )
-        try:
-            with SessionHistory(repo_root, prefix=prefix) as history:
-                history.append(entry)
-        except LedgerError as exc:
-            return f"this session was not recorded in the session history: {exc}"
-        return None
-
-
-def _number(value: object) -> float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    return None
-

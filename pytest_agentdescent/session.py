@@ -5,8 +5,9 @@ and the process is not itself a child evaluation.  Like pytest-xdist's
 DSession it lets pytest collect as usual and takes over
 ``pytest_runtestloop``: the marked tests are never run in this process — each
 candidate runs them in a sandboxed workspace (a child pytest) — and the loop
-is the engine's (:func:`~agentdescent_core.loop.verified.evolve_verified`)
-with the ``pytest_evolve_propose`` hook as proposer.
+is the engine's durable run (:class:`~agentdescent_core.loop.durable_run.DurableRun`)
+with the ``pytest_evolve_propose`` hook as proposer.  What the run leaves
+behind is written by :mod:`.finish`; ``docs/architecture.md`` shows the whole path.
 
 What a run leaves behind: accepted versions on ``<prefix>dev`` /
 ``<prefix>stable`` in the user's repository (a dry run: nothing, its ledger is
@@ -19,8 +20,7 @@ usage error (raised before anything is evaluated).
 
 from __future__ import annotations
 
-import json
-import math
+import contextlib
 import os
 import time
 import warnings
@@ -42,7 +42,6 @@ from pytest_agentdescent.settings import EvolveSettings
 from pytest_agentdescent.terminal import (
     Out,
     collect_listing,
-    evolved_diff,
     header_lines,
     round_line,
     summary_lines,
@@ -50,15 +49,20 @@ from pytest_agentdescent.terminal import (
 
 if TYPE_CHECKING:
     from agentdescent_core.artifacts.filetree import FileTree
+    from agentdescent_core.evaluation.cache import EvalCache
     from agentdescent_core.evaluation.sandboxed import SandboxedVerifier
     from agentdescent_core.ledger.ledger import Ledger
     from agentdescent_core.loop.result import EvolutionResult, RoundInfo
     from agentdescent_core.loop.schedule import SessionDecision
     from agentdescent_core.proposers.guardrails import Guardrails
+    from agentdescent_core.proposers.models import ModelSpec
+    from agentdescent_core.proposers.pricing import PriceTable
+    from agentdescent_core.proposers.reflector import PromptTemplates
+    from agentdescent_core.sandbox.spec import Backend
+    from pytest_agentdescent.finish import Finished
     from pytest_agentdescent.model_proposer import ModelProposer
     from pytest_agentdescent.proposer import HookProposer
 
-__all__ = ["EvolveSession"]
 
 _TITLE = "agentdescent evolve"
 
@@ -74,9 +78,7 @@ class EvolveSession:
         self.config = config
         self.settings = settings
         self.plan: EvolvePlan | None = None
-        self.report: dict[str, Any] | None = None
-        self.report_path: Path | None = None
-        self.diff: list[str] = []
+        self.finished: Finished | None = None  # set when the run is over
         self.warnings: list[str] = []
         self._shown = 0  # warnings already printed in the header
         self._proposer = ""
@@ -84,8 +86,6 @@ class EvolveSession:
         self._guardrails: Guardrails | None = None
         self._out = Out(config)
         self._run_info: dict[str, Any] | None = None
-        self._pr_failed = False
-        self.pr_line: str | None = None
         self._started_at = time.time()
         self._baseline_seconds: float | None = None
 
@@ -126,9 +126,18 @@ class EvolveSession:
         return True
 
     def _run(self, plan: EvolvePlan) -> bool:
-        """The whole evolution; True when it ended on an error."""
+        """Open everything a run needs, in order, then evolve; True when it ended on an error.
+
+        Each part is closed in reverse order however the run ends: the verifier
+        (its workspaces), the eval cache, the ledger, the model proposer, and
+        last the run store with the repository lease.
+        """
         from agentdescent_core.artifacts.filetree import FileTree
         from agentdescent_core.errors import RefusalError
+        from agentdescent_core.evaluation.cache import EvalCache, EvalCacheError
+        from agentdescent_core.ledger.base import head_name
+        from agentdescent_core.proposers.guardrails import Guardrails
+        from agentdescent_core.sandbox.select import describe
         from pytest_agentdescent.proposer import hook_implementations, missing_proposer_message
 
         settings = self.settings
@@ -142,70 +151,48 @@ class EvolveSession:
             tree = FileTree(plan.roots, frozen=plan.frozen, repo_root=plan.layout.root)
         except RefusalError as exc:
             raise pytest.UsageError(f"pytest --evolve cannot load the artifact: {exc}") from None
-        run_state = RunState.open(state_dir, repo_root=plan.layout.root,
-                                  prefix=settings.branch_prefix, dry_run=settings.dry_run)
-        try:
+        with contextlib.ExitStack() as opened:
+            run_state = RunState.open(state_dir, repo_root=plan.layout.root,
+                                      prefix=settings.branch_prefix, dry_run=settings.dry_run)
+            opened.callback(run_state.close)
             self.warnings.extend(run_state.notes)
-            return self._run_locked(plan, tree, state_dir, backend, implementations, run_state)
-        finally:
-            run_state.close()
-
-    def _run_locked(self, plan: EvolvePlan, tree: FileTree, state_dir: Path, backend: Any,
-                    implementations: Sequence[str], run_state: RunState) -> bool:
-        """The run once this process holds the repository lease."""
-        from agentdescent_core.errors import RefusalError
-        from agentdescent_core.evaluation.cache import EvalCache, EvalCacheError
-        from agentdescent_core.proposers.guardrails import Guardrails
-
-        settings = self.settings
-        # one gate for the run: the workers check every proposal (hook or model) with it
-        self._guardrails = Guardrails(
-            script_policy=settings.scripts,  # type: ignore[arg-type]
-            violation_limit=settings.violation_limit, pii=settings.pii)
-        if self._model_setup is not None:
-            self._model = self._start_model(plan, tree, state_dir)
-        try:
-            ledger, base, ledger_line, created = self._ledger(plan, tree)
-        except RefusalError as exc:
-            self._stop_model()
-            raise pytest.UsageError(f"pytest --evolve cannot load the artifact: {exc}") from None
-        except BaseException:
-            self._stop_model()
-            raise
-        cache = None
-        verifier = None
-        try:
+            # one gate for the run: the workers check every proposal (hook or model) with it
+            self._guardrails = Guardrails(
+                script_policy=settings.scripts,  # type: ignore[arg-type]
+                violation_limit=settings.violation_limit, pii=settings.pii)
+            opened.callback(self._stop_model)
+            if self._model_setup is not None:
+                self._model = self._start_model(plan, tree, state_dir)
+            try:
+                ledger, base, ledger_line, created = self._ledger(plan, tree)
+            except RefusalError as exc:
+                raise pytest.UsageError(f"pytest --evolve cannot load the artifact: {exc}"
+                                        ) from None
+            opened.callback(ledger.close)
             try:
                 # The key file sits in the state dir: hidden from the child under bwrap and
                 # docker; under local a child could read it, but any write of the cache by
                 # a candidate is caught by the state-dir guard (sandbox/guard.py), restored,
                 # and stops the run, so results still carry over between runs.
                 cache = EvalCache(state_dir / "eval-cache.sqlite3")
+                opened.callback(cache.close)
                 initial = ledger.read_state(ledger.head("dev"))
             except (RefusalError, EvalCacheError) as exc:
                 raise pytest.UsageError(f"pytest --evolve cannot start: {exc}") from None
             verifier = self._verifier(plan, tree, base, backend, cache)
-            from agentdescent_core.sandbox.select import describe
-
+            opened.callback(verifier.close)
             self._out.sep(_TITLE)
             self._proposer = _proposer_line(implementations, self._model)
             self._out.lines(header_lines(
                 plan, files=len(initial), sandbox=describe(backend, settings.network),
                 proposer=self._proposer,
-                base=self._base_line(plan, base), ledger=ledger_line,
+                base=head_name(plan.layout.root, base), ledger=ledger_line,
             ))
             for note in [*plan.notes, *self.warnings]:
                 self._out.line(f"warning: {note}", yellow=True)
             self._shown = len(self.warnings)
             return self._evolve(plan, tree, ledger, verifier, initial, base, backend.name,
                                 state_dir, run_state, created)
-        finally:
-            if verifier is not None:
-                verifier.close()
-            if cache is not None:
-                cache.close()
-            ledger.close()
-            self._stop_model()
 
     def _start_model(self, plan: EvolvePlan, tree: FileTree, state_dir: Path) -> ModelProposer:
         """The model proposer, registered after every conftest hook (it is ``trylast``)."""
@@ -259,10 +246,10 @@ class EvolveSession:
                 verifier: SandboxedVerifier, initial: Mapping[str, str], base: str,
                 sandbox: str, state_dir: Path, run_state: RunState,
                 created: Sequence[str]) -> bool:
+        """Baseline, session decision, the rounds, then the report; True on an error."""
         from agentdescent_core.aggregator import AggregatorConfig
         from agentdescent_core.errors import AgentDescentError
-        from agentdescent_core.loop.driver import describe as describe_error
-        from agentdescent_core.loop.result import EvolutionResult
+        from pytest_agentdescent.finish import finish_run, measure_per_task
         from pytest_agentdescent.proposer import HookProposer
 
         settings = self.settings
@@ -282,92 +269,57 @@ class EvolveSession:
                     raise _BrokenBaseline(broken)
                 if settings.session_patience is not None and not settings.dry_run:
                     decision = self._session_decision(plan, verifier, baseline)
-                result = self._durable(plan, tree, ledger, verifier, proposer, agg_config,
-                                       progress, run_state,
-                                       skip=None if decision is None or decision.evolve
-                                       else decision.reason)
+                rounds = run_state.run_rounds(
+                    settings, plan, tree, ledger, verifier, proposer, agg_config=agg_config,
+                    guardrails=self._guardrails, on_round=progress, out=self._out,
+                    skip=None if decision is None or decision.evolve else decision.reason)
+                self._run_info = rounds.info
+                self.warnings.extend(rounds.notes)
+                result = rounds.result
             except (AgentDescentError, _BrokenBaseline) as exc:
-                from agentdescent_core.errors import RunStopped
-
-                if isinstance(exc, _BrokenBaseline):
-                    error = str(exc)
-                elif isinstance(exc, RunStopped):
-                    error = exc.error
-                else:
-                    error = describe_error(exc)
-                # versions accepted before the error stay on dev: report from there
-                reached = _dev_state(ledger) or dict(initial)
-                result = EvolutionResult(
-                    rendered=tree.render(reached), state=reached, final_reward=baseline,
-                    initial_reward=baseline, history=list(progress.history),
-                    error=error, stop_reason="error",
-                )
-            split = verifier.split
-            tasks = list(dict.fromkeys((*split.train, *split.held_out, *split.guards)))
-            repeats = agg_config.base_repeats
-            if broken is None:
-                before = _per_task(verifier, initial, tasks, repeats)
-                after = _per_task(verifier, result.state, tasks, repeats)
-            else:  # nothing was measured: the report says null, never 0.0
-                before, after = {}, {}
+                result = _failed_result(exc, tree, ledger, initial, baseline, progress.history)
+            # nothing was measured when the baseline broke: the report says null, never 0.0
+            before, after = ({}, {}) if broken is not None else measure_per_task(
+                verifier, (initial, result.state), agg_config.base_repeats)
         self.warnings.extend(dict.fromkeys(str(w.message) for w in caught
                                            if not issubclass(w.category, DeprecationWarning)))
-        dry = settings.dry_run
-        dev = None if dry else _head(ledger, "dev")
-        stable = None if dry else _head(ledger, "stable")
-        from agentdescent_core.report import build_report, render_markdown
-
-        diff = evolved_diff(initial, result.state)
         model = self._model
-        report = build_report(
-            result, split=split, before=before, after=after, dev=dev, stable=stable,
+        finished = finish_run(
+            result, settings=settings, plan=plan, ledger=ledger, split=verifier.split,
+            initial=initial, before=before, after=after, broken=broken is not None,
             calls=proposer.calls, cost_usd=model.client.cost_usd if model else None,
-            ledger=ledger,
-            extra={
-                "model": model.report() if model is not None else None,
-                "guardrails": (self._guardrails.describe() if self._guardrails is not None
-                               else None),
-                "dry_run": dry,
-                "base": base,
-                "roots": list(plan.roots),
-                "subdir": plan.layout.subdir,
-                "sandbox": sandbox,
-                "proposer": self._proposer,
-                "network": settings.network,
-                "repeats": settings.repeats,
-                "seed": settings.seed,
-                "max_usd": settings.max_usd,
-                "branch_prefix": settings.branch_prefix,
-                "diff": "\n".join(diff),
-                "warnings": [*plan.notes, *self.warnings],
-                "session": None if decision is None else decision.to_json(),
-                "run": self._run_info,
-                "baseline_seconds": self._baseline_seconds,
-                "test_runs": verifier.evaluations,
-            },
+            extra=self._report_fields(plan, sandbox, decision, verifier.evaluations),
+            decision=decision, created=created, base=base, state_dir=state_dir,
+            started_at=self._started_at,
         )
-        if broken is not None and not dry:
-            gone = ledger.forget_branches(created, base)
-            if gone:  # the run leaves no ref behind that it created
-                report.update(dev=None, stable=None, versions=[])
-                self.warnings.append(f"removed {', '.join(gone)} again: this run created them "
-                                     "and could not measure its baseline")
-        if decision is not None:
-            problem = RunState.record_session(plan.layout.root, settings.branch_prefix, report,
-                                              decision, split.eval_tasks, self._started_at)
-            if problem is not None:
-                self.warnings.append(problem)
-        if settings.pr:
-            report["pull_request"] = self._publish(plan, report)
-        self.report = report
-        self.report_path = state_dir / "report.json"
-        self.report_path.write_text(json.dumps(report, indent=2, sort_keys=True,
-                                               ensure_ascii=False, default=str) + "\n",
-                                    encoding="utf-8")
-        (state_dir / "report.md").write_text(render_markdown(report), encoding="utf-8")
-        self.diff = diff if dry else []
-        self.config.hook.pytest_evolve_report(report=report)
-        return result.error is not None or self._pr_failed
+        self.warnings.extend(finished.warnings)
+        self.finished = finished
+        self.config.hook.pytest_evolve_report(report=finished.report)
+        return result.error is not None or finished.pr_failed
+
+    def _report_fields(self, plan: EvolvePlan, sandbox: str, decision: SessionDecision | None,
+                       test_runs: int) -> dict[str, object]:
+        """The report fields only the controller knows (the engine's come from its result)."""
+        settings, model = self.settings, self._model
+        return {
+            "model": model.report() if model is not None else None,
+            "guardrails": (self._guardrails.describe() if self._guardrails is not None
+                           else None),
+            "roots": list(plan.roots),
+            "subdir": plan.layout.subdir,
+            "sandbox": sandbox,
+            "proposer": self._proposer,
+            "network": settings.network,
+            "repeats": settings.repeats,
+            "seed": settings.seed,
+            "max_usd": settings.max_usd,
+            "branch_prefix": settings.branch_prefix,
+            "warnings": [*plan.notes, *self.warnings],
+            "session": None if decision is None else decision.to_json(),
+            "run": self._run_info,
+            "baseline_seconds": self._baseline_seconds,
+            "test_runs": test_runs,
+        }
 
     # ---------------------------------------------------------------- durability
 
@@ -384,28 +336,6 @@ class EvolveSession:
         self._out.line(f"session   {'evolve' if decision.evolve else 'skip'} "
                        f"({decision.code}): {decision.reason}", yellow=not decision.evolve)
         return decision
-
-    def _durable(self, plan: EvolvePlan, tree: FileTree, ledger: Ledger,
-                 verifier: SandboxedVerifier, proposer: HookProposer, agg_config: Any,
-                 progress: _Progress, run_state: RunState, *,
-                 skip: str | None) -> EvolutionResult:
-        """The rounds as a LoopKernel run in the run store: resumable, one generation each."""
-        outcome = run_state.run_rounds(
-            self.settings, plan, tree, ledger, verifier, proposer, agg_config=agg_config,
-            guardrails=self._guardrails,
-            on_round=progress, last_round=progress.last, skip=skip, out=self._out)
-        self._run_info = outcome.info
-        self.warnings.extend(outcome.notes)
-        return outcome.result
-
-    def _publish(self, plan: EvolvePlan, report: dict[str, Any]) -> dict[str, Any]:
-        """``--evolve-pr``: push stable and create / update / close its pull request."""
-        from pytest_agentdescent.publish import publish
-
-        published = publish(plan.layout.root, self.settings, report)
-        self.pr_line = published.line
-        self._pr_failed = published.failed
-        return published.record
 
     # ---------------------------------------------------------------- parts
 
@@ -442,7 +372,7 @@ class EvolveSession:
                        f"{self._baseline_seconds:.1f}s)")
         return reward, None
 
-    def _backend(self) -> Any:
+    def _backend(self) -> Backend:
         from pytest_agentdescent.sandboxing import usable_backend
 
         try:
@@ -463,14 +393,18 @@ class EvolveSession:
         """The run's ledger, the base commit, the header line saying which ledger it is,
         and the branches this run created (removed again if the baseline cannot be run)."""
         from agentdescent_core.errors import LedgerError
+        from agentdescent_core.ledger.base import files_at, resolve_head
         from agentdescent_core.ledger.ledger import Ledger
 
         settings = self.settings
         prefix = settings.branch_prefix
         try:
             if settings.dry_run:
-                base = _resolve_head(plan.layout.root)
-                files = _files_at(plan.layout.root, base, tree)
+                try:
+                    base = resolve_head(plan.layout.root)
+                except LedgerError as exc:  # no commit yet: the message says what to do
+                    raise pytest.UsageError(str(exc)) from None
+                files = files_at(plan.layout.root, base, tree)
                 scratch = Ledger.scratch(files, tree, prefix=prefix)
                 return scratch, base, ("ledger: dry run on a scratch repository; no ref of "
                                        "this repository changes"), ()
@@ -491,8 +425,8 @@ class EvolveSession:
             line = f"ledger: created {', '.join(branches.created)} at the base"
         return ledger, branches.base, line, tuple(branches.created)
 
-    def _verifier(self, plan: EvolvePlan, tree: FileTree, base: str, backend: Any,
-                  cache: Any) -> SandboxedVerifier:
+    def _verifier(self, plan: EvolvePlan, tree: FileTree, base: str, backend: Backend,
+                  cache: EvalCache) -> SandboxedVerifier:
         from agentdescent_core.sandbox.local import SandboxSetupError
         from pytest_agentdescent.sandboxing import open_verifier, plugin_args
 
@@ -512,29 +446,17 @@ class EvolveSession:
         self.warnings.extend(notes)
         return verifier
 
-    def _base_line(self, plan: EvolvePlan, base: str) -> str:
-        import git
-
-        try:
-            branch = git.Git(str(plan.layout.root)).execute(
-                ["git", "symbolic-ref", "--quiet", "--short", "HEAD"],
-                with_extended_output=False, with_exceptions=True)
-            where = str(branch).strip()
-        except git.GitCommandError:
-            where = "detached HEAD"
-        return f"{base[:12]} ({where})"
-
     # ---------------------------------------------------------------- the end
 
     @pytest.hookimpl(trylast=True)
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        report = self.report
-        if report is None or self.report_path is None:
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        finished = self.finished
+        if finished is None:
             return
-        out = self._out
-        if self.diff:
+        report, out = finished.report, self._out
+        if finished.diff:
             out.sep("evolved diff (dry run)", "-")
-            for line in self.diff:
+            for line in finished.diff:
                 out.line(line, green=line.startswith("+") and not line.startswith("+++"),
                          red=line.startswith("-") and not line.startswith("---"))
         elif self.settings.dry_run:
@@ -550,11 +472,11 @@ class EvolveSession:
                 yellow=not improved and not failed)
         # relative to where the user ran pytest, so it can be opened as printed
         here = self.config.invocation_params.dir
-        shown = os.path.relpath(self.report_path, here)
+        shown = os.path.relpath(finished.report_path, here)
         out.lines(summary_lines(report, report_path=f"{shown} (and report.md)",
                                 prefix=self.settings.branch_prefix))
-        if self.pr_line is not None:
-            out.line(self.pr_line, red=self._pr_failed)
+        if finished.pr_line is not None:
+            out.line(finished.pr_line, red=finished.pr_failed)
         runs = int(report.get("test_runs") or 0)
         if runs:
             # pytest's closing line counts the reports in ``stats``: without this it
@@ -589,9 +511,6 @@ class _Progress:
         self.previous: float | None = None
         self.history: list[RoundInfo] = []
 
-    def last(self) -> RoundInfo | None:
-        return self.history[-1] if self.history else None
-
     def __call__(self, info: RoundInfo) -> None:
         from pytest_agentdescent.hooks import RoundSummary
 
@@ -618,7 +537,8 @@ class _Progress:
 class _ModelSetup:
     """What ``--evolve-model`` needs, checked before anything runs (usage errors)."""
 
-    def __init__(self, spec: Any, prices: Any, templates: Any) -> None:
+    def __init__(self, spec: ModelSpec, prices: PriceTable, templates: PromptTemplates
+                 ) -> None:
         self.spec = spec
         self.prices = prices
         self.templates = templates
@@ -667,62 +587,30 @@ def _proposer_line(implementations: Sequence[str], model: ModelProposer | None) 
     return ", then ".join(parts) or "none (--evolve-rounds 0: the baseline is measured only)"
 
 
-def _dev_state(ledger: Ledger) -> dict[str, str] | None:
-    from agentdescent_core.errors import LedgerError
-
-    try:
-        return dict(ledger.read_state(ledger.head("dev")))
-    except LedgerError:
-        return None
-
-def _per_task(verifier: SandboxedVerifier, state: Mapping[str, str], tasks: Sequence[str],
-              repeats: int) -> dict[str, float]:
-    """Mean reward per task at ``state`` (mostly cache hits); {} when it cannot be measured."""
-    from agentdescent_core.errors import AgentDescentError
-
-    if not tasks:
-        return {}
-    try:
-        samples = verifier.evaluate(state, tasks, repeats)
-    except (AgentDescentError, RuntimeError, ValueError):
-        return {}
-    return {t: math.fsum(v) / len(v) for t, v in samples.rewards.items() if len(v)}
-
-
-def _head(ledger: Ledger, branch: str) -> str | None:
-    from agentdescent_core.errors import LedgerError
-
-    try:
-        return ledger.head(branch)
-    except LedgerError:
-        return None
-
-
 def _improved(report: Mapping[str, Any]) -> bool:
     before, after = report.get("reward_before"), report.get("reward_after")
     return isinstance(before, (int, float)) and isinstance(after, (int, float)) and after > before
 
 
-def _resolve_head(root: Path) -> str:
-    import git
+def _failed_result(exc: BaseException, tree: FileTree, ledger: Ledger,
+                   initial: Mapping[str, str], baseline: float | None,
+                   history: Sequence[RoundInfo]) -> EvolutionResult:
+    """The result of a run that ended on an error: what dev reached, and why it stopped."""
+    from agentdescent_core.errors import RunStopped
+    from agentdescent_core.loop.driver import describe_error
+    from agentdescent_core.loop.result import EvolutionResult
+    from agentdescent_core.stops import StopReason
 
-    try:
-        out = git.Git(str(root)).execute(["git", "rev-parse", "--verify", "HEAD^{commit}"],
-                                         with_extended_output=False, with_exceptions=True)
-    except git.GitCommandError:
-        raise pytest.UsageError(
-            f"the repository {root} has no commits yet, so there is nothing to evolve from; "
-            "commit your files first (git add -A && git commit -m 'initial')"
-        ) from None
-    return str(out).strip()
-
-
-def _files_at(root: Path, commit: str, tree: FileTree) -> dict[str, str]:
-    """The artifact files as committed at ``commit`` (what a dry run starts from)."""
-    import git
-
-    repo = git.Repo(str(root))
-    try:
-        return tree.load_git(repo.commit(commit).tree)
-    finally:
-        repo.close()
+    if isinstance(exc, _BrokenBaseline):
+        error = str(exc)
+    elif isinstance(exc, RunStopped):
+        error = exc.error
+    else:
+        error = describe_error(exc)
+    # versions accepted before the error stay on dev: report from there
+    reached = ledger.state_or_none("dev") or dict(initial)
+    return EvolutionResult(
+        rendered=tree.render(reached), state=reached, final_reward=baseline,
+        initial_reward=baseline, history=list(history), error=error,
+        stop_reason=StopReason.ERROR,
+    )

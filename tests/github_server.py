@@ -190,7 +190,7 @@ class GitHubTestServer:
                 body = failure.body if failure.body is not None else {
                     "message": f"injected {failure.status}"}
                 return failure.status, body, failure.headers
-        not_found = (404, {"message": "Not Found"}, {})
+        not_found: tuple[int, Any, dict[str, str]] = (404, {"message": "Not Found"}, {})
         if not inside:
             return not_found
         if self.token is not None and req.headers.get("authorization") != f"Bearer {self.token}":
@@ -215,11 +215,11 @@ class GitHubTestServer:
                 return 422, {"message": "Validation Failed", "errors": [
                     {"resource": "PullRequest", "code": "custom",
                      "message": f"A pull request already exists for {label}."}]}, {}
-            pull = self._new_pull(title=str(payload.get("title", "")), head=label,
-                                  base=str(payload.get("base", "")),
-                                  body=str(payload.get("body", "")),
-                                  draft=bool(payload.get("draft", False)))
-            return 201, self._public(pull), {}
+            new = self._new_pull(title=str(payload.get("title", "")), head=label,
+                                 base=str(payload.get("base", "")),
+                                 body=str(payload.get("body", "")),
+                                 draft=bool(payload.get("draft", False)))
+            return 201, self._public(new), {}
         match = re.fullmatch(r"/(pulls|issues)/(\d+)(/comments|/labels)?", rest)
         pull = self.pulls.get(int(match.group(2))) if match else None
         if match is None or pull is None:

@@ -289,7 +289,7 @@ def test_a_concurrent_commit_during_evaluation_is_a_cas_conflict_and_refiles(
     worlds: Callable[..., World],
 ):
     holder: dict[str, World] = {}
-    fired = []
+    fired: list[bool] = []
 
     def rival_commits(state: Mapping[str, str]) -> None:
         # The first time the candidate is measured, another writer moves dev.

@@ -7,6 +7,7 @@ needing its category's rule; the held-out third holds one task per category.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ from rulebook import CATS, HELD_OUT, Rulebook, rule
 from agentdescent_core.aggregator import Aggregator
 from agentdescent_core.errors import BackendError, ContractError
 from agentdescent_core.evidence import EvidenceCard, MergeReport
-from agentdescent_core.loop import STOP_REASONS, EvolutionResult, RoundInfo, async_evolve, evolve
+from agentdescent_core.loop import DRIVER_REASONS, EvolutionResult, RoundInfo, async_evolve, evolve
 
 
 def run_async(book: Rulebook, **kw: Any) -> EvolutionResult:
@@ -69,7 +70,7 @@ def test_the_rollout_budget_ends_the_run_as_max_iters() -> None:
     result = run_async(book, n_workers=2, max_iters=6)
     assert result.stop_reason == "max_iters"
     assert result.usage["proposals"] <= 6
-    assert result.stop_reason in STOP_REASONS
+    assert result.stop_reason in DRIVER_REASONS
 
 
 def test_the_call_budget_ends_the_run_as_max_calls() -> None:
@@ -105,11 +106,11 @@ def test_the_merger_retries_a_failing_merge_and_never_ends_the_run() -> None:
     failures = {"left": 2}
 
     class Flaky(Aggregator):
-        def step(self, cards: Any, round: int) -> list[MergeReport]:
+        def step(self, cards: Any, round: int, **kwargs: Any) -> list[MergeReport]:
             if cards and failures["left"] > 0:
                 failures["left"] -= 1
                 raise BackendError("judge endpoint returned 503")
-            return super().step(cards, round)
+            return super().step(cards, round, **kwargs)
 
     result = run_async(Rulebook(), n_workers=2, target_reward=1.0,
                        aggregator_factory=lambda *args: Flaky(*args))
@@ -138,9 +139,10 @@ def test_self_verify_sets_before_and_after_on_cards() -> None:
     cards: list[EvidenceCard] = []
 
     class Recording(Aggregator):
-        def step(self, batch: Any, round: int) -> list[MergeReport]:
+        def step(self, batch: Sequence[EvidenceCard], round: int, *,
+                 trailers: Mapping[str, str] | None = None) -> list[MergeReport]:
             cards.extend(batch)
-            return super().step(batch, round)
+            return super().step(batch, round, trailers=trailers)
 
     run_async(Rulebook(), n_workers=2, target_reward=1.0,
               aggregator_factory=lambda *args: Recording(*args))

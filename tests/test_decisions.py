@@ -39,6 +39,7 @@ def test_the_environment_switch(monkeypatch, value: str | None, engaged: bool) -
     switch = EnvKillSwitch()
     assert switch.engaged() is engaged
     if engaged:
+        assert value is not None
         assert "AGENTDESCENT_STOP" in switch.reason()
         assert value in switch.reason()
 

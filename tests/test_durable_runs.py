@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import user_git, write
@@ -81,7 +82,7 @@ def pytest_configure(config):
 '''
 
 
-def store_rows(repo: Path, sql: str) -> list[tuple[object, ...]]:
+def store_rows(repo: Path, sql: str) -> list[tuple[Any, ...]]:
     with sqlite3.connect(repo / ".agentdescent/runs.sqlite3") as db:
         return list(db.execute(sql))
 
@@ -266,7 +267,7 @@ PUSH = ("refs/heads/agentdescent/dev", "refs/heads/agentdescent/stable",
         "refs/agentdescent/sessions")
 
 
-def scheduled_session(remote: Path, workdir: Path, *extra: str) -> dict[str, object]:
+def scheduled_session(remote: Path, workdir: Path, *extra: str) -> dict[str, Any]:
     """One scheduled job: a fresh clone, fetch our refs, evolve, push them back."""
     clone = workdir
     subprocess.run(["git", "clone", "--quiet", str(remote), str(clone)], check=True)
@@ -287,18 +288,18 @@ def test_scheduled_sessions_skip_when_stagnant_and_evolve_on_new_tests_or_degrad
     subprocess.run(["git", "clone", "--quiet", "--bare", str(source), str(remote)], check=True)
 
     first = scheduled_session(remote, tmp_path / "job1")
-    assert first["session"]["code"] == "first-session"  # type: ignore[index]
+    assert first["session"]["code"] == "first-session"
     assert first["reward_after"] == 1.0
     assert first["accepted"] >= 1
 
     second = scheduled_session(remote, tmp_path / "job2")
-    assert second["session"]["code"] == "improving"  # type: ignore[index]
+    assert second["session"]["code"] == "improving"
     assert second["reward_before"] == 1.0
     assert second["accepted"] == 0
 
     third = scheduled_session(remote, tmp_path / "job3")
-    assert third["session"]["evolve"] is False  # type: ignore[index]
-    assert third["session"]["code"] == "stagnant"  # type: ignore[index]
+    assert third["session"]["evolve"] is False
+    assert third["session"]["code"] == "stagnant"
     assert third["calls"] == 0
     assert third["rounds"] == 0
     assert "session   skip (stagnant)" in str(third["stdout"])
@@ -315,7 +316,7 @@ def test_scheduled_sessions_skip_when_stagnant_and_evolve_on_new_tests_or_degrad
     user_git(update, "commit", "--quiet", "-am", "a new case")
     user_git(update, "push", "--quiet", "origin", "main")
     fourth = scheduled_session(remote, tmp_path / "job4")
-    assert fourth["session"]["code"] == "tests-added"  # type: ignore[index]
+    assert fourth["session"]["code"] == "tests-added"
     assert fourth["reward_after"] == 1.0
 
     history = user_git(tmp_path / "job4", "show", "refs/agentdescent/sessions:sessions.json")

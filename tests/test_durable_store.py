@@ -23,7 +23,7 @@ from agentdescent_core.loop.durable import (
     SqliteRunStore,
     UnknownRunError,
     holder_alive,
-    worker_id,
+    holder_id,
 )
 
 
@@ -249,7 +249,7 @@ def test_a_closed_store_says_so(tmp_path) -> None:
 
 
 def test_a_worker_id_tells_whether_its_process_is_alive(tmp_path) -> None:
-    me = worker_id("pytest-evolve")
+    me = holder_id("pytest-evolve")
     assert me.startswith(f"pytest-evolve:{os.getpid()}@")
     assert holder_alive(me) is True
     child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],

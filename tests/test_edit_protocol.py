@@ -21,7 +21,8 @@ ANSWER = {
         {"path": "skills/greet/SKILL.md", "search": "Say hello", "replace": "Say hello by name"}
     ],
 }
-EXPECTED_OPS = {"skills/greet/SKILL.md": "# Greet\nSay hello by name to the user.\nBe brief.\n"}
+EXPECTED_OPS: dict[str, str | None] = {
+    "skills/greet/SKILL.md": "# Greet\nSay hello by name to the user.\nBe brief.\n"}
 
 
 def refusal(text: str, files: dict[str, str] | None = None) -> RefusalError:

@@ -23,7 +23,7 @@ from agentdescent_core.artifacts.strategies import AppendRules, KeyedRules
 from agentdescent_core.errors import ContractError
 from agentdescent_core.evidence import MERGE_CATEGORIES
 from agentdescent_core.loop import (
-    STOP_REASONS,
+    DRIVER_REASONS,
     DifficultyWeighted,
     EvolutionResult,
     PipelineParallel,
@@ -48,7 +48,8 @@ def test_end_to_end_append_rules_learns_every_rule_and_stops_at_the_target() -> 
     assert result.stop_reason == "target_reward"
     assert result.initial_reward == 0.0
     assert result.final_reward == 1.0
-    rewards = [info.reward for info in result.history]
+    assert all(info.reward is not None for info in result.history)
+    rewards = [info.reward for info in result.history if info.reward is not None]
     assert rewards == sorted(rewards)
     assert rewards[-1] == 1.0
     assert len(rewards) > 1  # two workers need more than one round for four rules
@@ -216,9 +217,11 @@ def test_bad_actor_signatures_raise_before_the_first_rollout() -> None:
                                             r"as propose\(rendered, task, output, score\)"):
         evolve(book.tasks, book.reward, run=book.run, propose=propose_without_score)
     with pytest.raises(ContractError, match="run"):
-        evolve(book.tasks, book.reward, run=lambda task: "x", propose=book.propose)
+        evolve(book.tasks, book.reward, run=lambda task: "x",  # type: ignore[arg-type, misc]
+               propose=book.propose)
     with pytest.raises(ContractError, match="reward"):
-        evolve(book.tasks, lambda out: 1.0, run=book.run, propose=book.propose)
+        evolve(book.tasks, lambda out: 1.0,  # type: ignore[arg-type, misc]
+               run=book.run, propose=book.propose)
     with pytest.raises(ContractError, match=r"needs an actor.*propose= missing"):
         evolve(book.tasks, book.reward, run=book.run)
     assert book.run_calls == 0
@@ -312,7 +315,7 @@ def test_save_and_load_round_trip(tmp_path: Path) -> None:
 def test_stop_reason_is_one_of_the_documented_values() -> None:
     result = evolve_rules(Rulebook(), rounds=1, n_workers=1)
     assert result.stop_reason == "rounds"
-    assert result.stop_reason in STOP_REASONS
+    assert result.stop_reason in DRIVER_REASONS
 
 
 def test_async_only_arguments_warn_on_the_sync_path() -> None:

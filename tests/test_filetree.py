@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import git
@@ -24,7 +25,7 @@ needs_symlinks = pytest.mark.skipif(
 )
 
 
-def write(root: Path, files: dict[str, str | bytes]) -> None:
+def write(root: Path, files: Mapping[str, str | bytes]) -> None:
     for rel, content in files.items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -46,6 +47,12 @@ def commit_all(repo: git.Repo, message: str = "commit") -> git.Commit:
     repo.git.add("-A")
     repo.git.commit("-m", message, "--allow-empty")
     return repo.head.commit
+
+
+def modes(tree: git.Tree) -> dict[str, int]:
+    """Every path's git mode, all levels down (a plain traverse yields objects, not edges)."""
+    return {os.fspath(item.path): item.mode for item in tree.traverse()
+            if not isinstance(item, tuple)}
 
 
 BASIC = {
@@ -88,7 +95,7 @@ def test_bad_roots_refused(roots):
 
 
 def test_single_string_root_accepted():
-    assert FileTree("skills").roots == ("skills",)  # type: ignore[arg-type]
+    assert FileTree("skills").roots == ("skills",)
 
 
 @pytest.mark.parametrize(
@@ -308,8 +315,7 @@ def test_load_git_refuses_symlink_blobs(tmp_path, link, target, root, where):
     write(tmp_path, {"elsewhere/secret.md": "s\n", "skills/a.md": "a\n"})
     os.symlink(target, tmp_path / link)
     commit = commit_all(make_repo(tmp_path))
-    modes = {item.path: item.mode for item in commit.tree.traverse()}
-    assert modes[link] == 0o120000
+    assert modes(commit.tree)[link] == 0o120000
     with pytest.raises(RefusalError) as info:
         FileTree([root]).load_git(commit.tree)
     assert info.value.code == "symlink"
@@ -350,7 +356,7 @@ def test_load_git_refuses_submodules(tmp_path, root, where):
     outer.git.update_index("--add", "--cacheinfo", f"160000,{inner_commit.hexsha},skills/sub")
     outer.git.commit("-m", "with submodule")
     tree = outer.head.commit.tree
-    assert {i.path: i.mode for i in tree.traverse()}["skills/sub"] == 0o160000
+    assert modes(tree)["skills/sub"] == 0o160000
     with pytest.raises(RefusalError) as info:
         FileTree([root]).load_git(tree)
     assert info.value.code == "submodule"

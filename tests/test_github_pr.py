@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import traceback
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import UserRepo, user_git, write
@@ -30,7 +31,7 @@ def remote_sha(bare: Path, ref: str) -> str | None:
     return out.strip() or None
 
 
-def publish(user: UserRepo, server: GitHubTestServer, **kwargs: object):
+def publish(user: UserRepo, server: GitHubTestServer, **kwargs: Any):
     return publish_pull_request(user.path, token=TOKEN, api_url=server.api_url, **kwargs)
 
 
@@ -239,8 +240,8 @@ ERRORS = [
 
 @pytest.mark.parametrize(("method", "path", "status", "body", "headers", "expected"), ERRORS)
 def test_api_errors_say_what_to_fix_without_the_token(
-        user_repo: UserRepo, remote: Path, method: str, path: str, status: int, body: dict,
-        headers: dict, expected: list[str]):
+        user_repo: UserRepo, remote: Path, method: str, path: str, status: int,
+        body: dict[str, Any], headers: dict[str, str], expected: list[str]):
     evolve(user_repo.path, ["Greet by first name."])
     with GitHubTestServer(repository=REPO, token=TOKEN) as server:
         server.fail_next(method, path, status, {**body, "echo": TOKEN}, headers)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import git
@@ -661,7 +662,7 @@ def test_racing_writer_is_retried_on_the_new_head(user_repo: UserRepo):
         class RacingRepo(GitRepo):
             races_left = 2
 
-            def commit_tree(self, tree: str, parents: list[str], message: str) -> str:
+            def commit_tree(self, tree: str, parents: Sequence[str], message: str) -> str:
                 sha = super().commit_tree(tree, parents, message)
                 if self.races_left:
                     self.races_left -= 1

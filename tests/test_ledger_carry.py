@@ -34,7 +34,7 @@ def parents(user: UserRepo, rev: str) -> list[str]:
 
 
 def show(user: UserRepo, rev: str, path: str) -> str:
-    return user.repo.git.show(f"{rev}:{path}", strip_newline_in_stdout=False)
+    return str(user.repo.git.show(f"{rev}:{path}", strip_newline_in_stdout=False))
 
 
 # ---------------------------------------------------------------- merging

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 from wire_servers import Answer, start_anthropic_server, start_openai_server
@@ -17,7 +18,7 @@ from agentdescent_core.proposers.llm_cache import (
 from agentdescent_core.proposers.models import ModelClient, ModelSpec, Usage
 
 HAIKU = ModelSpec("anthropic", "claude-haiku-4-5")
-KEY_ARGS = {
+KEY_ARGS: dict[str, Any] = {
     "provider": "anthropic",
     "model": "claude-haiku-4-5",
     "system": "sys",
@@ -52,7 +53,7 @@ def test_request_key_depends_on_every_parameter():
     assert base == request_key(**KEY_ARGS)
     assert len(base) == 64
     assert int(base, 16) >= 0
-    variants = [
+    variants: list[dict[str, Any]] = [
         {"provider": "openai"},
         {"model": "claude-sonnet-4-5"},
         {"system": "sys2"},

@@ -386,7 +386,9 @@ def test_hookspecs_are_registered(pytester: pytest.Pytester) -> None:
     for name in ("pytest_evolve_propose", "pytest_evolve_round", "pytest_evolve_report"):
         caller = getattr(config.hook, name)
         assert caller.spec is not None, name
-    assert config.hook.pytest_evolve_propose.spec.opts["firstresult"] is True
+    spec = config.hook.pytest_evolve_propose.spec
+    assert spec is not None
+    assert spec.opts["firstresult"] is True
 
 
 def test_conftest_proposer_is_called_first_answer_wins(pytester: pytest.Pytester) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ from agentdescent_core.github import (
 REVIEW = "agentdescent review --base 1111111111111111111111111111111111111111 --head 2222222"
 
 
-def report(tasks: int = 3) -> dict:
+def report(tasks: int = 3) -> dict[str, Any]:
     rows = [{"nodeid": f"tests/test_agent.py::test_case[{i}]", "before": 0.0,
              "after": 1.0 if i % 2 == 0 else 0.0, "holdout": i == 0,
              "change": "fail->pass" if i % 2 == 0 else "same"} for i in range(tasks)]
@@ -33,7 +34,8 @@ def report(tasks: int = 3) -> dict:
     }
 
 
-def versions(count: int = 2, rationale: str = "Because the tests asked for it.") -> list[dict]:
+def versions(count: int = 2,
+             rationale: str = "Because the tests asked for it.") -> list[dict[str, Any]]:
     return [{"version": v, "sha": f"{v:040x}", "subject": f"agentdescent: v{v} change {v}",
              "rationale": f"{rationale} ({v})", "author": f"worker-{v}",
              "reward_before": 0.2 + 0.1 * (v - 1), "reward_after": 0.3 + 0.1 * (v - 1),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import pytest
 
@@ -40,7 +41,7 @@ def result(**changes: object) -> EvolutionResult:
     return EvolutionResult(**fields)  # type: ignore[arg-type]
 
 
-def make(**changes: object) -> dict[str, object]:
+def make(**changes: object) -> dict[str, Any]:
     return build_report(result(**changes), split=SPLIT, before=BEFORE, after=AFTER,
                         dev="d" * 40, stable="s" * 40, calls=5, cost_usd=None,
                         extra={"sandbox": "local"})
@@ -58,9 +59,9 @@ def test_the_report_has_every_promised_key_and_is_json() -> None:
     assert (report["dev"], report["stable"]) == ("d" * 40, "s" * 40)
     assert report["sandbox"] == "local"
     assert report["ledger_log"] == ["v1 abc first", "v2 def two"]
-    assert [h["round"] for h in report["history"]] == [1, 2, 3]  # type: ignore[union-attr]
+    assert [h["round"] for h in report["history"]] == [1, 2, 3]
     # guards are reported apart from the tasks
-    assert [t["nodeid"] for t in report["tasks"]] == [A, B, PIPE, C, D]  # type: ignore[union-attr]
+    assert [t["nodeid"] for t in report["tasks"]] == [A, B, PIPE, C, D]
     assert report["guards"] == [{"nodeid": GUARD, "before": 1.0, "after": 1.0, "change": "same"}]
 
 
@@ -79,7 +80,7 @@ def test_rewards_are_weighted_and_split_into_train_and_holdout() -> None:
 
 def test_flips_name_the_tests_that_crossed_the_pass_line() -> None:
     report = make()
-    rows = {t["nodeid"]: t for t in report["tasks"]}  # type: ignore[union-attr]
+    rows = {t["nodeid"]: t for t in report["tasks"]}
     assert {n: r["change"] for n, r in rows.items()} == {
         A: "fail->pass", B: "pass->fail", PIPE: "same", C: "fail->pass", D: "improved"}
     assert rows[C]["holdout"] is True
@@ -94,7 +95,7 @@ def test_missing_measurements_show_as_unknown_not_as_zero() -> None:
                           calls=0, cost_usd=0.0)
     assert report["reward_before"] is None
     assert report["reward_after"] == 1.0  # only A was measured
-    assert report["tasks"][0]["change"] == "unknown"  # type: ignore[index]
+    assert report["tasks"][0]["change"] == "unknown"
     text = render_markdown(report)
     assert "No reward was measured" in text
     assert "```mermaid" not in text
@@ -145,7 +146,7 @@ def test_with_a_ledger_the_report_lists_versions_and_their_p_improvement() -> No
         report = build_report(result(), split=SPLIT, before=BEFORE, after=AFTER,
                               dev=ledger.head("dev"), stable=None, calls=1, cost_usd=0.012,
                               ledger=ledger)
-    [version] = report["versions"]  # type: ignore[misc]
+    [version] = report["versions"]
     assert version["version"] == 1
     assert version["author"] == "worker-0"
     assert (version["reward_before"], version["reward_after"], version["p_improvement"]) == (

@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sandbox_support import ALL_BACKENDS, ISOLATING_BACKENDS, require_backend
 
 from agentdescent_core.sandbox.env import child_environment
 from agentdescent_core.sandbox.interpreter import interpreter_paths
 from agentdescent_core.sandbox.local import OUTPUT_LIMIT_BYTES, LocalBackend, SandboxSetupError
 from agentdescent_core.sandbox.spec import Backend, Limits, RunResult, RunSpec
-from tests.sandbox_support import ALL_BACKENDS, ISOLATING_BACKENDS, require_backend
 
 PY = sys.executable
 

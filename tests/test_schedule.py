@@ -28,7 +28,7 @@ def entry(baseline: float | None, final: float | None, *, accepted: int = 0,
 
 
 def decide(history: list[SessionEntry], baseline: float | None = 0.8, *,
-           patience: int | None = 2, tasks: tuple[str, ...] = TASKS):  # type: ignore[no-untyped-def]
+           patience: int | None = 2, tasks: tuple[str, ...] = TASKS):
     return decide_session(history, baseline=baseline, tasks=tasks, patience=patience,
                           degradation=0.15)
 

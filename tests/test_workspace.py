@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from conftest import SKILL_TEXT, UserRepo, user_git, write
 
 from agentdescent_core.artifacts.filetree import FileTree
 from agentdescent_core.errors import RefusalError
@@ -26,7 +27,6 @@ from agentdescent_core.sandbox.workspace import (
     WorkspaceError,
     dirty_paths,
 )
-from tests.conftest import SKILL_TEXT, UserRepo, user_git, write
 
 ROOTS = ("skills", "AGENTS.md")
 

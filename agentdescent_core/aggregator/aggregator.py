@@ -43,8 +43,14 @@ Oracle = Callable[[Mapping[str, str]], float]
 class AggregatorProtocol(Protocol):
     """What the evolve loops need from an aggregator (``aggregator_factory=``)."""
 
-    def step(self, cards: Sequence[EvidenceCard], round: int) -> list[MergeReport]:
-        """File ``cards`` into their buckets and fire every bucket that is ready."""
+    def step(self, cards: Sequence[EvidenceCard], round: int, *,
+             trailers: Mapping[str, str] | None = None) -> list[MergeReport]:
+        """File ``cards`` into their buckets and fire every bucket that is ready.
+
+        ``trailers`` go into the message of every commit this step makes (the
+        durable run names its run and generation there); a driver passes them
+        only when it has some, so an aggregator without the keyword still works.
+        """
         ...
 
     def flush(self, round: int) -> list[MergeReport]:
@@ -118,7 +124,8 @@ class Aggregator:
 
     # ------------------------------------------------------------ protocol
 
-    def step(self, cards: Sequence[EvidenceCard], round: int) -> list[MergeReport]:
+    def step(self, cards: Sequence[EvidenceCard], round: int, *,
+             trailers: Mapping[str, str] | None = None) -> list[MergeReport]:
         with self._lock:
             reports: list[MergeReport] = []
             for card in cards:
@@ -127,13 +134,13 @@ class Aggregator:
                 else:
                     self._bucket.append((round, card))
             if self._ready(round):
-                reports.extend(self._fire(round))
+                reports.extend(self._fire(round, trailers or {}))
             self._tick(round, reports)
             return reports
 
     def flush(self, round: int) -> list[MergeReport]:
         with self._lock:
-            reports = self._fire(round) if self._bucket else []
+            reports = self._fire(round, {}) if self._bucket else []
             self._tick(round, reports)
             return reports
 
@@ -162,9 +169,9 @@ class Aggregator:
         oldest = min(filed for filed, _card in self._bucket)
         return round - oldest >= self.config.t_max
 
-    def _fire(self, round: int) -> list[MergeReport]:
+    def _fire(self, round: int, trailers: Mapping[str, str]) -> list[MergeReport]:
         filed, self._bucket = self._bucket, []
-        firing = Firing(self, [card for _r, card in filed], round)
+        firing = Firing(self, [card for _r, card in filed], round, trailers=trailers)
         # An exception (BackendError, LedgerError, ContractError) leaves the firing's
         # cards with the caller, who may step them again; keeping them here as well
         # would file them twice.

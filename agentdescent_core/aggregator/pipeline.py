@@ -50,10 +50,12 @@ class _Accepted:
 class Firing:
     """The merge of one bucket's cards against the dev head read when it starts."""
 
-    def __init__(self, agg: Aggregator, cards: Sequence[EvidenceCard], round: int) -> None:
+    def __init__(self, agg: Aggregator, cards: Sequence[EvidenceCard], round: int, *,
+                 trailers: Mapping[str, str] | None = None) -> None:
         self.agg = agg
         self.cards = list(cards)
         self.round = round
+        self.trailers = dict(trailers or {})
         self.refile: list[EvidenceCard] = []
         self.textual = isinstance(agg.store.strategy, FileTree)
         self.eval_tasks = agg.verifier.split.eval_tasks
@@ -363,7 +365,8 @@ class Firing:
             p_improvement=measured["p_improvement"],  # type: ignore[arg-type]
             extra={"Agentdescent-Round": str(self.round),
                    "Agentdescent-Cards": str(len(winner.cards)),
-                   "Agentdescent-Fused": "yes" if winner.fused else "no"},
+                   "Agentdescent-Fused": "yes" if winner.fused else "no",
+                   **self.trailers},
         )
         try:
             result = agg.store.commit(diff, evidence=evidence, expected_head=self.sha)

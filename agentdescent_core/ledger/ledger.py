@@ -36,7 +36,6 @@ Edge cases and what happens:
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import random
 import threading
@@ -63,7 +62,6 @@ from agentdescent_core.ledger.plumbing import GitRepo, RefUpdate, RefUpdateFaile
 if TYPE_CHECKING:
     from agentdescent_core.ledger.scratch import ScratchLedger
 
-__all__ = ["BranchesResult", "CommitResult", "Ledger", "PromoteResult", "validate_prefix"]
 
 _T = TypeVar("_T")
 
@@ -105,13 +103,6 @@ class PromoteResult:
     version: int
     previous: str | None
     moved: bool
-
-
-def _stamped(evidence: Evidence | None, stamp: Mapping[str, str]) -> Evidence | None:
-    if not stamp:
-        return evidence
-    base = evidence if evidence is not None else Evidence()
-    return dataclasses.replace(base, extra={**base.extra, **stamp})
 
 
 def validate_prefix(prefix: str) -> str:
@@ -164,13 +155,6 @@ class Ledger:
         self.dev_branch = f"{prefix}dev"
         self.stable_branch = f"{prefix}stable"
         self._rng = random.Random()
-        self.stamp: dict[str, str] = {}
-        """Trailers added to every commit made from now on (on top of its evidence).
-
-        A durable run sets ``Agentdescent-Run`` / ``Agentdescent-Generation`` here
-        before each round, so after a crash the commit of a round that was never
-        recorded can be recognised and is not made a second time.
-        """
 
     # ------------------------------------------------------------ lifecycle
 
@@ -225,6 +209,24 @@ class Ledger:
                 "call ensure_branches() first"
             )
         return sha
+
+    def head_or_none(self, branch: str = "dev") -> str | None:
+        """The branch's commit, or None when it does not exist (or cannot be read).
+
+        For the end of a run: the report names the heads that exist, and a
+        failing ledger must not turn a finished run into a crash.
+        """
+        try:
+            return self.head(branch)
+        except LedgerError:
+            return None
+
+    def state_or_none(self, branch: str = "dev") -> dict[str, str] | None:
+        """The artifact files at the branch's head, or None when they cannot be read."""
+        try:
+            return dict(self.read_state(self.head(branch)))
+        except LedgerError:
+            return None
 
     def version_of(self, sha: str) -> int:
         """Version of a commit: its trailer on a ledger commit, 0 for any other commit."""
@@ -324,7 +326,7 @@ class Ledger:
                                     attempts=number)
             message = commit_message(
                 version=version + 1, base=base, diff=diff, paths=list(ops),
-                evidence=_stamped(evidence, self.stamp),
+                evidence=evidence,
             )
             sha = self.git.commit_tree(new_tree, [head], message)
             try:

@@ -21,7 +21,8 @@ import git
 from agentdescent_core.artifacts.filetree import FileTree
 from agentdescent_core.artifacts.paths import normalise_path
 from agentdescent_core.errors import LedgerError
-from agentdescent_core.ledger.ledger import BranchesResult, Ledger
+from agentdescent_core.ledger.branches import BranchesResult
+from agentdescent_core.ledger.ledger import Ledger
 from agentdescent_core.ledger.plumbing import RefUpdate
 
 __all__ = ["SCRATCH_BASE_BRANCH", "ScratchLedger"]

@@ -18,13 +18,14 @@ from agentdescent_core.loop.parallel import (
     Shard,
     TensorParallel,
 )
-from agentdescent_core.loop.result import STOP_REASONS, EvolutionResult, RoundInfo
+from agentdescent_core.loop.result import EvolutionResult, RoundInfo
 from agentdescent_core.loop.sampling import DifficultyWeighted, RoundRobin, TaskSampler
 from agentdescent_core.loop.verified import evolve_verified
 from agentdescent_core.loop.worker import ProposalSite
+from agentdescent_core.stops import DRIVER_REASONS, StopReason
 
 __all__ = [
-    "STOP_REASONS",
+    "DRIVER_REASONS",
     "Budget",
     "BudgetExhausted",
     "DataParallel",
@@ -36,6 +37,7 @@ __all__ = [
     "RoundInfo",
     "RoundRobin",
     "Shard",
+    "StopReason",
     "TaskSampler",
     "TensorParallel",
     "async_evolve",

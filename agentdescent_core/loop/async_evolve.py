@@ -37,7 +37,7 @@ from agentdescent_core.artifacts.strategies import AppendRules, Strategy
 from agentdescent_core.errors import BackendError, LedgerError
 from agentdescent_core.evidence import EvidenceCard, MergeReport
 from agentdescent_core.loop.budget import Budget, BudgetExhausted
-from agentdescent_core.loop.driver import DriverBase, describe
+from agentdescent_core.loop.driver import DriverBase, describe_error
 from agentdescent_core.loop.parallel import ParallelMode
 from agentdescent_core.loop.result import EvolutionResult, RoundInfo, round_info
 from agentdescent_core.loop.sampling import RoundRobin, TaskSampler
@@ -45,9 +45,8 @@ from agentdescent_core.loop.setup import DEFAULT_ROUNDS, RunParts, build_run, ch
 from agentdescent_core.loop.worker import ProposeFn, RunFn, Snapshot, resolve_actor, work_unit
 from agentdescent_core.proposers.guardrails import Guardrails
 from agentdescent_core.staleness import StalenessPolicy
+from agentdescent_core.stops import StopReason
 from agentdescent_core.tasks import Task, as_tasks
-
-__all__ = ["ASYNC_DEFAULT_SECONDS", "async_evolve"]
 
 ASYNC_DEFAULT_SECONDS = 20.0
 MERGE_RETRIES = 3
@@ -177,12 +176,12 @@ class _AsyncDriver(DriverBase):
 
     # ------------------------------------------------------------ control
 
-    def request_stop(self, reason: str, exc: BaseException | None = None) -> None:
+    def request_stop(self, reason: StopReason, exc: BaseException | None = None) -> None:
         with self.lock:
             if self.stop_reason is None:
                 self.stop_reason = reason
-                if exc is not None and reason == "error":
-                    self.error = describe(exc)
+                if exc is not None and reason == StopReason.ERROR:
+                    self.error = describe_error(exc)
         self.stop.set()
         self._wake_workers()
 
@@ -211,13 +210,13 @@ class _AsyncDriver(DriverBase):
             thread.start()
         while not self.stop.wait(0.02):
             if self.parts.budget.expired():
-                self.request_stop("max_seconds")
+                self.request_stop(StopReason.MAX_SECONDS)
             elif not any(t.is_alive() for t in workers) and self.outstanding == 0:
                 if len(self.retired_errors) == self.n_workers:
                     self.retired_workers = self.n_workers
-                    self.request_stop("error", self.retired_errors[-1])
+                    self.request_stop(StopReason.ERROR, self.retired_errors[-1])
                 else:
-                    self.request_stop("max_iters")
+                    self.request_stop(StopReason.MAX_ITERS)
         merger.join()
         for thread in workers:
             thread.join(timeout=0.2)
@@ -275,7 +274,7 @@ class _AsyncDriver(DriverBase):
             except BaseException as exc:  # ContractError or a bug: the caller must see it
                 with self.lock:
                     self.fatal = self.fatal or exc
-                self.request_stop("error", exc)
+                self.request_stop(StopReason.ERROR, exc)
                 return
             card = outcome.card
             if card is not None and card.diff.diff_id in sent:
@@ -308,7 +307,7 @@ class _AsyncDriver(DriverBase):
             else:
                 self.warn_once(f"worker-{worker}",
                                f"worker-{worker} failed after its retries "
-                               f"({describe(outcome.error)}) although the backend has worked "
+                               f"({describe_error(outcome.error)}) although the backend has worked "
                                "before; it backs off and keeps trying")
             self.stop.wait(min(1.0, 0.02 * 2 ** min(consecutive, 6)))
 
@@ -336,11 +335,11 @@ class _AsyncDriver(DriverBase):
             except BudgetExhausted as exc:
                 self.request_stop(exc.reason)
             except LedgerError as exc:
-                self.request_stop("error", exc)
+                self.request_stop(StopReason.ERROR, exc)
             except BaseException as exc:  # ContractError or a bug in a custom aggregator
                 with self.lock:
                     self.fatal = self.fatal or exc
-                self.request_stop("error", exc)
+                self.request_stop(StopReason.ERROR, exc)
             finally:
                 with self.lock:
                     self.outstanding -= len(items)
@@ -354,7 +353,7 @@ class _AsyncDriver(DriverBase):
                 with self.lock:
                     self.counters["merge_errors"] += 1
                 if attempt == MERGE_RETRIES or self.stop.is_set():
-                    self.warn_once("merge", f"a merge kept failing ({describe(exc)}); its "
+                    self.warn_once("merge", f"a merge kept failing ({describe_error(exc)}); its "
                                             f"{len(cards)} card(s) are dropped and merging "
                                             "goes on")
                     return []

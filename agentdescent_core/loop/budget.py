@@ -14,14 +14,13 @@ import threading
 import time
 
 from agentdescent_core.errors import AgentDescentError
-
-__all__ = ["Budget", "BudgetExhausted"]
+from agentdescent_core.stops import StopReason
 
 
 class BudgetExhausted(AgentDescentError):
     """The run's ``max_calls`` budget is spent; ``reason`` is the stop reason."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: StopReason, message: str) -> None:
         super().__init__(message)
         self.reason = reason
 
@@ -54,7 +53,7 @@ class Budget:
         with self._lock:
             if self.max_calls is not None and self.calls >= self.max_calls:
                 raise BudgetExhausted(
-                    "max_calls",
+                    StopReason.MAX_CALLS,
                     f"the call budget max_calls={self.max_calls} is spent "
                     f"({self.counts['run']} run, {self.counts['propose']} propose calls)",
                 )

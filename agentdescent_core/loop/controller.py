@@ -16,9 +16,9 @@ deliberately knows nothing about what one is.  Its rules:
 * The kill switch is checked before every session (one engaged during a session
   is seen at the next check).  The call budget is checked before a session and
   after it, so a session that overshoots stops the loop before another starts.
-* ``stopped_reason`` is one of the fixed codes in :data:`CONTROLLER_STOP_REASONS`
-  (``sessions``, ``budget``, ``kill-switch``, ``error``, ``patience``); ``reason``
-  says the same for a human.
+* ``stopped_reason`` is one of the fixed codes in
+  :data:`~agentdescent_core.stops.CONTROLLER_REASONS` (``sessions``, ``budget``,
+  ``kill-switch``, ``error``, ``patience``); ``reason`` says the same for a human.
 * With a ``decision_log`` each session becomes a ``kind="session"`` record with
   its reward, improved flag, error and calls.
 """
@@ -32,19 +32,7 @@ from typing import Any, Protocol
 
 from agentdescent_core.decisions import KillSwitch
 from agentdescent_core.errors import ContractError
-
-__all__ = [
-    "CONTROLLER_STOP_REASONS",
-    "ControllerConfig",
-    "ControllerReport",
-    "SessionOutcome",
-    "SessionRecord",
-    "run_controller",
-]
-
-#: Why :func:`run_controller` stopped.
-CONTROLLER_STOP_REASONS: tuple[str, ...] = ("sessions", "budget", "kill-switch", "error",
-                                            "patience")
+from agentdescent_core.stops import StopReason
 
 
 class _RecordsDecisions(Protocol):
@@ -160,7 +148,7 @@ def run_controller(run_session: Callable[[int, int], SessionOutcome],
     total_calls = 0
     sessions: list[SessionRecord] = []
 
-    def finish(code: str, reason: str) -> ControllerReport:
+    def finish(code: StopReason, reason: str) -> ControllerReport:
         return ControllerReport(best_reward=best, stopped_reason=code, reason=reason,
                                 total_calls=total_calls, sessions=tuple(sessions))
 
@@ -174,10 +162,11 @@ def run_controller(run_session: Callable[[int, int], SessionOutcome],
             except Exception as exc:  # a broken switch stops rather than running unchecked
                 engaged, why = True, f"the kill switch {switch!r} failed: {exc!r}"
             if engaged:
-                return finish("kill-switch", f"kill switch engaged before session {index}: {why}")
+                return finish(StopReason.KILL_SWITCH,
+                              f"kill switch engaged before session {index}: {why}")
         if config.max_calls is not None and total_calls >= config.max_calls:
-            return finish("budget", f"call budget spent before session {index}: "
-                                    f"{total_calls} of {config.max_calls} calls")
+            return finish(StopReason.BUDGET, f"call budget spent before session {index}: "
+                                             f"{total_calls} of {config.max_calls} calls")
         seed = config.seed + index
         try:
             outcome: object = run_session(index, seed)
@@ -206,14 +195,16 @@ def run_controller(run_session: Callable[[int, int], SessionOutcome],
         if config.decision_log is not None:
             _log(config.decision_log, record, previous, evidence)
         if error is not None:
-            return finish("error", f"session {index} failed: {error or '(empty error message)'}")
+            return finish(StopReason.ERROR,
+                          f"session {index} failed: {error or '(empty error message)'}")
         if config.max_calls is not None and total_calls >= config.max_calls:
-            return finish("budget", f"call budget spent after session {index}: "
-                                    f"{total_calls} of {config.max_calls} calls")
+            return finish(StopReason.BUDGET, f"call budget spent after session {index}: "
+                                             f"{total_calls} of {config.max_calls} calls")
         if config.patience is not None and stagnation >= config.patience:
-            return finish("patience", f"{stagnation} session(s) in a row did not beat the best "
-                                      f"reward {best} (patience {config.patience})")
-    return finish("sessions", f"all {config.max_sessions} session(s) ran")
+            return finish(StopReason.PATIENCE,
+                          f"{stagnation} session(s) in a row did not beat the best "
+                          f"reward {best} (patience {config.patience})")
+    return finish(StopReason.SESSIONS, f"all {config.max_sessions} session(s) ran")
 
 
 def _log(log: _RecordsDecisions, record: SessionRecord, previous: float | None,

@@ -17,8 +17,8 @@ The rules for generation ``n`` with observation ``obs``:
    not rejected on merit).  All pass → ``accept``.
 3. A candidate that does not improve enough → ``reject``.
 4. The run stops after this generation, first reason winning, when: the step
-   set ``obs.stop`` (the code is ``obs.evidence["stopped_reason"]`` when it is one
-   of :data:`STOP_REASONS`, else ``error``; a candidate not accepted is then
+   set ``obs.stop`` (the code is ``obs.evidence["stopped_reason"]`` when it is one of
+   :data:`~agentdescent_core.stops.KERNEL_REASONS`, else ``error``; a candidate not accepted is then
    recorded as ``stop``), the best reached ``target``, the total cost reached
    ``max_cost`` (``budget``), ``patience`` generations in a row were not
    accepted, or this was generation ``max_generations - 1``.
@@ -32,26 +32,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = [
-    "STOP_REASONS",
-    "LoopContext",
-    "LoopGeneration",
-    "LoopObservation",
-    "LoopState",
-    "decide",
-    "observation_problem",
-    "span_id",
-]
+from agentdescent_core.stops import KERNEL_REASONS, StopReason
 
-#: Why a kernel run stopped (``LoopReport.stopped_reason``):
-#: ``max_generations`` all generations ran; ``target`` the best reached the target;
-#: ``budget`` the cost budget is spent; ``patience`` too many generations without an
-#: accepted candidate; ``risk`` a candidate's risk exceeded the limit; ``cancelled``
-#: :meth:`LoopKernel.cancel`; ``kill-switch`` the ``cancel`` callable of ``run()``
-#: answered a reason; ``error`` a step, apply, rollback or gate failed (or returned
-#: the wrong thing); ``config`` the configuration is incomplete or invalid.
-STOP_REASONS: tuple[str, ...] = ("max_generations", "target", "budget", "patience", "risk",
-                                 "cancelled", "kill-switch", "error", "config")
+# Why a kernel run stopped (``LoopReport.stopped_reason``) is one of
+# agentdescent_core.stops.KERNEL_REASONS: ``max_generations`` all generations ran;
+# ``target`` the best reached the target; ``budget`` the cost budget is spent;
+# ``patience`` too many generations without an accepted candidate; ``risk`` a
+# candidate's risk exceeded the limit; ``cancelled`` :meth:`LoopKernel.cancel`;
+# ``kill-switch`` the ``cancel`` callable of ``run()`` answered a reason; ``error`` a
+# step, apply, rollback or gate failed (or returned the wrong thing); ``config`` the
+# configuration is incomplete or invalid.
 
 
 @dataclass(frozen=True)
@@ -229,7 +219,7 @@ def decide(state: LoopState, observation: LoopObservation, *, generation: int,
     total_after = state.total_cost + observation.cost
     if stop is None and observation.stop:
         code = observation.evidence.get("stopped_reason")
-        code = code if code in STOP_REASONS else "error"
+        code = code if code in KERNEL_REASONS else StopReason.ERROR
         stop = (str(code), str(observation.evidence.get("reason")
                                 or "the step asked the run to stop"))
         if action != "accept":

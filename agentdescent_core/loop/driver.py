@@ -19,13 +19,12 @@ from agentdescent_core.evaluation.callable import callable_name
 from agentdescent_core.loop.budget import BudgetExhausted
 from agentdescent_core.loop.result import EvolutionResult, RoundInfo
 from agentdescent_core.loop.setup import RunParts
-
-__all__ = ["DriverBase", "describe"]
+from agentdescent_core.stops import StopReason
 
 _IMPROVEMENT_EPS = 1e-12
 
 
-def describe(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
     """``"<ExcType>: <message>"``, the form ``EvolutionResult.error`` takes."""
     return f"{type(exc).__name__}: {exc}"
 
@@ -51,7 +50,7 @@ class DriverBase:
         self.max_worker_errors = max_worker_errors
         self.history: list[RoundInfo] = []
         self.error: str | None = None
-        self.stop_reason: str | None = None
+        self.stop_reason: StopReason | None = None
         self.retired_workers = 0
         self.forced_refreshes = 0
         self.reward: float | None = None
@@ -89,7 +88,7 @@ class DriverBase:
             value = float(self.parts.aggregator.head_reward())
         except BackendError as exc:
             self._failed_version = self.version
-            self.warn_once("measure", f"could not measure the head reward ({describe(exc)}); "
+            self.warn_once("measure", f"could not measure the head reward ({describe_error(exc)}); "
                                       "the last measured reward carries forward")
             return self.reward
         self.reward = value
@@ -107,12 +106,12 @@ class DriverBase:
         else:
             self.since_best += 1
 
-    def stop_check(self, reward: float | None) -> str | None:
+    def stop_check(self, reward: float | None) -> StopReason | None:
         """"target_reward" / "patience" when early stopping says so, else None."""
         if self.target_reward is not None and reward is not None and reward >= self.target_reward:
-            return "target_reward"
+            return StopReason.TARGET_REWARD
         if self.patience is not None and self.since_best >= self.patience:
-            return "patience"
+            return StopReason.PATIENCE
         return None
 
     # ------------------------------------------------------------ reporting
@@ -133,7 +132,7 @@ class DriverBase:
             self.on_round(info)
         except Exception as exc:
             warnings.warn(
-                f"on_round callback {callable_name(self.on_round)} raised {describe(exc)} at "
+                f"on_round callback {callable_name(self.on_round)} raised {describe_error(exc)} at "
                 f"round {info.round}; the run continues",
                 RuntimeWarning, stacklevel=2,
             )
@@ -141,8 +140,8 @@ class DriverBase:
     def fail(self, exc: BaseException) -> None:
         """The run ends on ``exc`` (a dead backend or a failing ledger)."""
         if self.error is None:
-            self.error = describe(exc)
-        self.stop_reason = "error"
+            self.error = describe_error(exc)
+        self.stop_reason = StopReason.ERROR
 
     def end_on_budget(self, exc: BudgetExhausted) -> None:
         if self.stop_reason is None:
@@ -159,7 +158,7 @@ class DriverBase:
             except LedgerError as exc:
                 self.fail(exc)
             except (BackendError, BudgetExhausted) as exc:
-                self.warn_once("finish", f"promotion at the end was skipped: {describe(exc)}")
+                self.warn_once("finish", f"promotion at the end was skipped: {describe_error(exc)}")
         final = self.reward
         try:
             if self.error is None and not self.parts.budget.exhausted:
@@ -184,7 +183,7 @@ class DriverBase:
             history=list(self.history),
             ledger_log=self.parts.ledger_log(),
             error=self.error,
-            stop_reason=self.stop_reason or "rounds",
+            stop_reason=self.stop_reason or StopReason.ROUNDS,
             retired_workers=self.retired_workers,
             usage=usage,
             version=self.version,

@@ -47,20 +47,6 @@ from typing import Any
 from agentdescent_core.errors import AgentDescentError
 from agentdescent_core.sqlite_file import SqliteFile
 
-__all__ = [
-    "RUN_STATUSES",
-    "TERMINAL_STATUSES",
-    "Lease",
-    "LeaseHeld",
-    "RunEvent",
-    "RunRecord",
-    "RunStoreError",
-    "SqliteRunStore",
-    "UnknownRunError",
-    "holder_alive",
-    "worker_id",
-]
-
 #: Every status a run can have, in the order a run normally goes through them.
 RUN_STATUSES: tuple[str, ...] = ("pending", "running", "completed", "failed", "cancelled")
 #: The statuses a run never leaves.
@@ -425,7 +411,7 @@ def _check_ttl(ttl: float) -> None:
         raise RunStoreError(f"a lease ttl must be a positive number of seconds, got {ttl!r}")
 
 
-def worker_id(name: str = "worker") -> str:
+def holder_id(name: str = "agentdescent") -> str:
     """A lease holder name for this process, ``{name}:{pid}@{host}``.
 
     Naming holders this way lets a restarted command tell, with
@@ -436,10 +422,10 @@ def worker_id(name: str = "worker") -> str:
 
 
 def holder_alive(holder: str) -> bool | None:
-    """Whether the process a :func:`worker_id` holder names is still running.
+    """Whether the process a :func:`holder_id` holder names is still running.
 
     ``True`` or ``False`` for a holder of this host; ``None`` when it cannot be
-    told (another host, or a name not made by :func:`worker_id`) — then only the
+    told (another host, or a name not made by :func:`holder_id`) — then only the
     lease's expiry can free the run.  A recycled pid reads as alive, which errs on
     the safe side.
     """

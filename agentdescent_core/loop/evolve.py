@@ -23,7 +23,7 @@ import queue
 import threading
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agentdescent_core.aggregator import AggregatorConfig
@@ -31,7 +31,7 @@ from agentdescent_core.artifacts.strategies import AppendRules, Strategy
 from agentdescent_core.errors import BackendError, ContractError, LedgerError
 from agentdescent_core.evidence import EvidenceCard, MergeReport
 from agentdescent_core.loop.budget import Budget, BudgetExhausted
-from agentdescent_core.loop.driver import DriverBase, describe
+from agentdescent_core.loop.driver import DriverBase, describe_error
 from agentdescent_core.loop.parallel import ParallelMode
 from agentdescent_core.loop.result import EvolutionResult, RoundInfo, round_info
 from agentdescent_core.loop.sampling import RoundRobin, TaskSampler
@@ -46,10 +46,8 @@ from agentdescent_core.loop.worker import (
 )
 from agentdescent_core.proposers.guardrails import Guardrails
 from agentdescent_core.staleness import StalenessPolicy
+from agentdescent_core.stops import StopReason
 from agentdescent_core.tasks import Task, as_tasks
-
-__all__ = ["evolve"]
-
 
 
 def evolve(
@@ -210,16 +208,20 @@ class _SyncDriver(DriverBase):
             self.fail(exc)
         return self.stop_reason is None
 
-    def advance(self, round_index: int) -> bool:
-        """Run round ``round_index``; False when the run must stop (``stop_reason`` says why)."""
+    def advance(self, round_index: int, *, trailers: Mapping[str, str] | None = None) -> bool:
+        """Run round ``round_index``; False when the run must stop (``stop_reason`` says why).
+
+        ``trailers`` are written into every commit the round makes (the durable
+        run's run id and generation, which make a replayed round find its commit).
+        """
         if self.stop_reason is not None:
             return False
         try:
             if self.parts.budget.expired():
-                self.stop_reason = "max_seconds"
+                self.stop_reason = StopReason.MAX_SECONDS
                 return False
             self._snapshots = self._refresh(self._snapshots, round_index)
-            return self._round(round_index, self._snapshots)
+            return self._round(round_index, self._snapshots, trailers or {})
         except BudgetExhausted as exc:
             self.end_on_budget(exc)
         except LedgerError as exc:
@@ -229,7 +231,7 @@ class _SyncDriver(DriverBase):
     def end(self) -> EvolutionResult:
         """Promote on a clean finish and build the result."""
         if self.stop_reason is None:
-            self.stop_reason = "rounds"
+            self.stop_reason = StopReason.ROUNDS
         return self.finish(asynchronous=False)
 
     def _refresh(self, snapshots: list[Snapshot], round_index: int) -> list[Snapshot]:
@@ -240,7 +242,8 @@ class _SyncDriver(DriverBase):
             for worker, old in enumerate(snapshots)
         ]
 
-    def _round(self, round_index: int, snapshots: list[Snapshot]) -> bool:
+    def _round(self, round_index: int, snapshots: list[Snapshot],
+               trailers: Mapping[str, str]) -> bool:
         """One round; False when the run must stop."""
         started = time.monotonic()
         results = self._run_units(round_index, snapshots)
@@ -265,11 +268,11 @@ class _SyncDriver(DriverBase):
         stop = self._tolerate(failures, launched=len(results))
         if budget_hit is None and stop is None:
             try:
-                reports.extend(self.parts.aggregator.step(cards, round_index))
+                reports.extend(self._step(cards, round_index, trailers))
             except BackendError as exc:
                 self.counters["merge_errors"] += 1
                 self.warn_once("merge", f"a merge in round {round_index} failed "
-                                        f"({describe(exc)}); its evidence is dropped")
+                                        f"({describe_error(exc)}); its evidence is dropped")
             except BudgetExhausted as exc:
                 budget_hit = exc
         reward = self.reward if budget_hit is not None else self.measure()
@@ -288,6 +291,13 @@ class _SyncDriver(DriverBase):
         self.stop_reason = self.stop_check(reward)
         return self.stop_reason is None
 
+    def _step(self, cards: list[EvidenceCard], round_index: int,
+              trailers: Mapping[str, str]) -> list[MergeReport]:
+        # a caller's own aggregator need not know the keyword unless trailers are asked for
+        if trailers:
+            return self.parts.aggregator.step(cards, round_index, trailers=trailers)
+        return self.parts.aggregator.step(cards, round_index)
+
     def _tolerate(self, failures: list[tuple[int, BaseException]], launched: int
                   ) -> BaseException | None:
         """The global rule: give up only when nothing has ever worked (returns the cause)."""
@@ -305,8 +315,8 @@ class _SyncDriver(DriverBase):
             for worker, exc in failures:
                 self.warn_once(
                     f"worker-{worker}",
-                    f"worker-{worker} failed after its retries ({describe(exc)}) although the "
-                    "backend has worked before; it keeps trying until the run's budget ends it",
+                    f"worker-{worker} failed after its retries ({describe_error(exc)}) although "
+                    "the backend has worked before; it keeps trying until the run's budget ends it",
                 )
             return None
         if len(failures) < launched:

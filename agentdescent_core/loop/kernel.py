@@ -28,7 +28,7 @@ Guarantees, which are those of the store — at-least-once, not exactly-once:
   ``max_step_failures`` times per call; after that ``run()`` returns with the
   run still ``running`` (``report.terminal`` is false): call ``run()`` again.
 
-Stop reason codes are :data:`~agentdescent_core.loop.decide.STOP_REASONS`:
+Stop reason codes are :data:`~agentdescent_core.stops.KERNEL_REASONS`:
 ``max_generations``, ``target``, ``budget``, ``patience``, ``risk``,
 ``cancelled``, ``kill-switch``, ``error``, ``config``.  ``error`` and ``config``
 end the run as ``failed``, ``cancelled`` and ``kill-switch`` as ``cancelled``,
@@ -46,16 +46,13 @@ from typing import Any
 
 from agentdescent_core.decisions import DecisionLog
 from agentdescent_core.errors import AgentDescentError
-from agentdescent_core.loop.decide import (
-    STOP_REASONS,
-    LoopContext,
-    LoopGeneration,
-    LoopObservation,
-    LoopState,
-    decide,
-    observation_problem,
-    span_id,
-)
+
+# A step takes a LoopContext and returns a LoopObservation: they are the kernel's
+# contract, so they are named here too (defined with the decision rules).
+from agentdescent_core.loop.decide import LoopContext as LoopContext
+from agentdescent_core.loop.decide import LoopGeneration as LoopGeneration
+from agentdescent_core.loop.decide import LoopObservation as LoopObservation
+from agentdescent_core.loop.decide import LoopState, decide, observation_problem, span_id
 from agentdescent_core.loop.decide import _number as _finite
 from agentdescent_core.loop.durable import (
     TERMINAL_STATUSES,
@@ -63,25 +60,14 @@ from agentdescent_core.loop.durable import (
     RunStoreError,
     SqliteRunStore,
 )
-
-__all__ = [
-    "STOP_REASONS",
-    "LoopConfig",
-    "LoopContext",
-    "LoopGeneration",
-    "LoopKernel",
-    "LoopObservation",
-    "LoopReport",
-    "RetryableStepError",
-    "load_report",
-]
+from agentdescent_core.stops import StopReason
 
 Gate = Callable[[LoopContext, LoopObservation], "bool | str | None"]
 Step = Callable[[LoopContext], LoopObservation]
 Effect = Callable[[LoopContext, LoopObservation], object]
 
-_STATUS_OF_STOP = {"error": "failed", "config": "failed", "cancelled": "cancelled",
-                   "kill-switch": "cancelled"}
+_STATUS_OF_STOP: dict[str, str] = {StopReason.ERROR: "failed", StopReason.CONFIG: "failed",
+                   StopReason.CANCELLED: "cancelled", StopReason.KILL_SWITCH: "cancelled"}
 
 
 class RetryableStepError(AgentDescentError):
@@ -224,7 +210,7 @@ def load_report(store: SqliteRunStore, run_id: str) -> LoopReport:
     stopped_reason = result.get("stopped_reason") or (stop or {}).get("stopped_reason")
     reason = result.get("reason") or (stop or {}).get("reason")
     if record.status == "cancelled" and stopped_reason is None:
-        stopped_reason = "cancelled"
+        stopped_reason = StopReason.CANCELLED
     return LoopReport(
         run_id=run_id, status=record.status, best_reward=state.best_reward,
         stopped_reason=stopped_reason if record.terminal or stop else None,
@@ -268,10 +254,10 @@ class LoopKernel:
         if self.store.get_run(run_id).terminal:
             return
         self.store.append_event(run_id, "stop", "stop",
-                                {"stopped_reason": "cancelled", "reason": reason})
+                                {"stopped_reason": StopReason.CANCELLED, "reason": reason})
         try:
             self.store.set_status(run_id, "cancelled",
-                                  result={"stopped_reason": "cancelled", "reason": reason})
+                                  result={"stopped_reason": StopReason.CANCELLED, "reason": reason})
         except RunStoreError:
             if not self.store.get_run(run_id).terminal:  # ended meanwhile: nothing to do
                 raise
@@ -345,7 +331,7 @@ class LoopKernel:
             except Exception as exc:  # a broken switch stops rather than running unchecked
                 why = f"the cancel check {_name(cancel)} failed: {exc!r}"
             if why is not None:
-                raise _Stop("kill-switch", str(why) or "kill switch engaged")
+                raise _Stop(StopReason.KILL_SWITCH, str(why) or "kill switch engaged")
         config = self.config
         assert config.max_generations is not None  # checked by problems()
         if len(state.generations) >= config.max_generations:

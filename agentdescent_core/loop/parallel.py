@@ -28,8 +28,6 @@ from agentdescent_core.errors import ContractError
 from agentdescent_core.evaluation.callable import callable_name
 from agentdescent_core.tasks import Task
 
-__all__ = ["DataParallel", "ParallelMode", "PipelineParallel", "Shard", "TensorParallel"]
-
 
 @dataclass(frozen=True)
 class Shard:

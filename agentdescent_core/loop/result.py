@@ -18,13 +18,6 @@ from typing import Any
 
 from agentdescent_core.evidence import MergeReport
 
-__all__ = ["STOP_REASONS", "EvolutionResult", "RoundInfo", "round_info"]
-
-STOP_REASONS = (
-    "target_reward", "patience", "rounds", "max_seconds", "max_calls", "max_usd", "max_iters",
-    "error",
-)
-
 
 @dataclass(frozen=True)
 class RoundInfo:

@@ -18,8 +18,6 @@ import random
 from collections.abc import Collection, Sequence
 from typing import Protocol, runtime_checkable
 
-__all__ = ["DifficultyWeighted", "RoundRobin", "TaskSampler"]
-
 
 @runtime_checkable
 class TaskSampler(Protocol):

@@ -39,16 +39,6 @@ from agentdescent_core.ledger.plumbing import GitRepo, RefUpdate, RefUpdateFaile
 from agentdescent_core.loop.controller import ControllerConfig, SessionOutcome, run_controller
 from agentdescent_core.loop.controller import _finite_or_none as _reward
 
-__all__ = [
-    "HISTORY_FILE",
-    "MAX_ENTRIES",
-    "SessionDecision",
-    "SessionEntry",
-    "SessionHistory",
-    "decide_session",
-    "sessions_ref",
-]
-
 HISTORY_FILE = "sessions.json"
 MAX_ENTRIES = 200  # the history is trimmed to the newest sessions; the decision reads a few
 _FORMAT = 1

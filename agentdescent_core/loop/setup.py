@@ -51,19 +51,6 @@ from agentdescent_core.proposers.guardrails import Guardrails
 from agentdescent_core.staleness import StalenessPolicy, get_policy
 from agentdescent_core.tasks import Task
 
-__all__ = [
-    "DEFAULT_ROUNDS",
-    "RunParts",
-    "RunPlan",
-    "build_run",
-    "check_int",
-    "check_strategy",
-    "open_ledger",
-    "plan_run",
-    "split_tasks",
-    "wire_run",
-]
-
 DEFAULT_ROUNDS = 15
 """Rounds of ``evolve()`` when none are given (``async_evolve()``: iterations per worker)."""
 
@@ -217,7 +204,7 @@ def check_strategy(strategy: Strategy) -> None:
 
 
 @dataclass(frozen=True)
-class RunPlan:
+class ResolvedOptions:
     """What a run decides before it touches a ledger: shards, staleness policy, config."""
 
     shards: list[Shard]
@@ -225,7 +212,7 @@ class RunPlan:
     config: AggregatorConfig
 
 
-def plan_run(
+def resolve_options(
     *,
     train: Sequence[Task],
     keys_state: Mapping[str, str],
@@ -234,7 +221,7 @@ def plan_run(
     staleness_policy: StalenessPolicy | str | None,
     agg_config: AggregatorConfig | None,
     n_workers: int,
-) -> RunPlan:
+) -> ResolvedOptions:
     """Validate and resolve the run's plug-ins (raising before any side effect).
 
     ``keys_state`` is the artifact state whose keys a TensorParallel split
@@ -246,11 +233,11 @@ def plan_run(
         staleness_policy = get_policy(staleness_policy)
     policy = staleness_policy if staleness_policy is not None else get_policy()
     config = agg_config if agg_config is not None else AggregatorConfig()
-    return RunPlan(shards, policy, config)
+    return ResolvedOptions(shards, policy, config)
 
 
 def wire_run(
-    plan: RunPlan,
+    options: ResolvedOptions,
     *,
     split: TaskSplit,
     ledger: Ledger,
@@ -280,11 +267,11 @@ def wire_run(
         codec = codec_for(strategy)
         store = ArtifactStore(ledger, strategy, codec, artifact_id=artifact_id,
                               blast_radius=blast_radius)
-        config = plan.config
+        config = options.config
         audit = AuditScheduler(oracle_budget=config.oracle_budget,
                                trust_floor=config.trust_floor)
         factory = aggregator_factory if aggregator_factory is not None else Aggregator
-        aggregator = factory(store, verifier, audit, config, plan.policy)
+        aggregator = factory(store, verifier, audit, config, options.policy)
         missing = [m for m in ("step", "flush", "finish", "head", "head_reward")
                    if not callable(getattr(aggregator, m, None))]
         if missing:
@@ -304,7 +291,7 @@ def wire_run(
         raise
     return RunParts(split=split, strategy=strategy, ledger=ledger, store=store,
                     verifier=verifier, aggregator=aggregator, budget=budget, ctx=ctx,
-                    shards=plan.shards, resumed=resumed, scratch=scratch,
+                    shards=options.shards, resumed=resumed, scratch=scratch,
                     owns_verifier=owns_verifier, owns_ledger=owns_ledger)
 
 
@@ -335,7 +322,7 @@ def build_run(
     check_artifact_id(artifact_id)
     split = split_tasks(tasks, held_out_frac, shuffle=shuffle, seed=seed)
     by_id = {t.id: t for t in tasks}
-    plan = plan_run(
+    options = resolve_options(
         train=[by_id[t] for t in split.train], keys_state=strategy.initial(), strategy=strategy,
         parallel=parallel, staleness_policy=staleness_policy, agg_config=agg_config,
         n_workers=n_workers,
@@ -351,7 +338,7 @@ def build_run(
         ledger.close()
         raise
     return wire_run(
-        plan, split=split, ledger=ledger, verifier=verifier, actor=actor, strategy=strategy,
+        options, split=split, ledger=ledger, verifier=verifier, actor=actor, strategy=strategy,
         task_sampler=task_sampler, blast_radius=blast_radius,
         aggregator_factory=aggregator_factory, budget=budget, artifact_id=artifact_id,
         seed=seed, resumed=resumed, scratch=repo_path is None, guardrails=guardrails,

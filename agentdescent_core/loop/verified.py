@@ -29,13 +29,16 @@ from agentdescent_core.loop.budget import Budget
 from agentdescent_core.loop.evolve import _SyncDriver
 from agentdescent_core.loop.result import EvolutionResult, RoundInfo
 from agentdescent_core.loop.sampling import RoundRobin
-from agentdescent_core.loop.setup import check_int, check_strategy, plan_run, wire_run
+from agentdescent_core.loop.setup import (
+    check_int,
+    check_strategy,
+    resolve_options,
+    wire_run,
+)
 from agentdescent_core.loop.worker import Actor, EngineVerifier, ProposeFn, check_propose
 from agentdescent_core.proposers.guardrails import Guardrails
 from agentdescent_core.staleness import StalenessPolicy
 from agentdescent_core.tasks import Task
-
-__all__ = ["VerifiedRun", "evolve_verified"]
 
 _REQUIRED = ("split", "evaluate", "rollout", "task", "render", "usage", "close")
 
@@ -97,7 +100,7 @@ def evolve_verified(
     Raises ContractError for a caller bug (a propose that cannot take its
     arguments, a verifier without the needed methods) before anything runs.
     """
-    run = VerifiedRun(
+    driver = verified_driver(
         verifier, ledger, strategy, propose, n_workers=n_workers, rounds=rounds,
         agg_config=agg_config, target_reward=target_reward, patience=patience,
         max_calls=max_calls, max_seconds=max_seconds, seed=seed, on_round=on_round,
@@ -106,103 +109,72 @@ def evolve_verified(
         max_worker_errors=max_worker_errors, guardrails=guardrails,
     )
     try:
-        if run.begin():
-            for round_index in range(1, rounds + 1):
-                if not run.advance(round_index):
-                    break
-        return run.end()
+        return driver.run(rounds)
     finally:
-        run.close()
+        driver.parts.close()
 
 
-class VerifiedRun:
-    """:func:`evolve_verified` one round at a time, for a caller that owns the loop.
+def verified_driver(
+    verifier: EngineVerifier,
+    ledger: Ledger,
+    strategy: FileTree,
+    propose: ProposeFn,
+    *,
+    n_workers: int = 2,
+    rounds: int = 10,
+    agg_config: AggregatorConfig | None = None,
+    target_reward: float | None = None,
+    patience: int | None = None,
+    max_calls: int | None = None,
+    max_seconds: float | None = None,
+    seed: int = 0,
+    on_round: Callable[[RoundInfo], object] | None = None,
+    artifact_id: str = "artifact",
+    blast_radius: float = 0.2,
+    staleness_policy: StalenessPolicy | str | None = None,
+    max_concurrency: int = 1,
+    max_worker_errors: int = 3,
+    guardrails: Guardrails | None = None,
+) -> _SyncDriver:
+    """The round driver of :func:`evolve_verified`, for a caller that owns the loop.
 
-    The durable ``pytest --evolve`` run is driven by a LoopKernel, one
-    generation per round: it calls :meth:`begin` once, :meth:`advance` for
-    each generation it has not recorded yet, and :meth:`end` when the kernel
-    stops.  Arguments and checks are those of :func:`evolve_verified`.
+    The durable ``pytest --evolve`` run (:mod:`.durable_run`) calls its
+    ``begin()`` once, ``advance(round, trailers=...)`` for each generation it has
+    not recorded yet and ``end()`` when the kernel stops, then closes
+    ``driver.parts``.  Arguments and checks are those of :func:`evolve_verified`
+    (``rounds`` is only validated: the caller counts them).
     """
-
-    def __init__(
-        self,
-        verifier: EngineVerifier,
-        ledger: Ledger,
-        strategy: FileTree,
-        propose: ProposeFn,
-        *,
-        n_workers: int = 2,
-        rounds: int = 10,
-        agg_config: AggregatorConfig | None = None,
-        target_reward: float | None = None,
-        patience: int | None = None,
-        max_calls: int | None = None,
-        max_seconds: float | None = None,
-        seed: int = 0,
-        on_round: Callable[[RoundInfo], object] | None = None,
-        artifact_id: str = "artifact",
-        blast_radius: float = 0.2,
-        staleness_policy: StalenessPolicy | str | None = None,
-        max_concurrency: int = 1,
-        max_worker_errors: int = 3,
-        guardrails: Guardrails | None = None,
-    ) -> None:
-        check_int("rounds", rounds, 0)
-        check_int("n_workers", n_workers, 1)
-        check_int("max_concurrency", max_concurrency, 1)
-        check_int("max_worker_errors", max_worker_errors, 1)
-        if patience is not None:
-            check_int("patience", patience, 1)
-        _check_verifier(verifier)
-        check_propose(propose)
-        check_strategy(strategy)
-        check_artifact_id(artifact_id)
-        split = verifier.split
-        if not split.all_tasks:
-            raise ContractError("the verifier's split has no tasks; there is nothing to evolve on")
-        train = [verifier.task(task_id) for task_id in split.train]
-        head_state: Mapping[str, str] = ledger.read_state(ledger.head("dev"))
-        plan = plan_run(
-            train=train, keys_state=head_state, strategy=strategy, parallel=None,
-            staleness_policy=staleness_policy, agg_config=agg_config, n_workers=n_workers,
-        )
-        budget = Budget(max_calls=max_calls, max_seconds=max_seconds)
-        self._parts = wire_run(
-            plan, split=split, ledger=ledger, verifier=verifier,
-            actor=Actor(_no_run, propose), strategy=strategy, task_sampler=RoundRobin(),
-            blast_radius=blast_radius, aggregator_factory=None, budget=budget,
-            artifact_id=artifact_id, seed=seed,
-            resumed=ledger.version_of(ledger.head("dev")) > 0,
-            scratch=isinstance(ledger, ScratchLedger), owns_verifier=False, owns_ledger=False,
-            guardrails=guardrails,
-        )
-        self._driver = _SyncDriver(
-            self._parts, n_workers=n_workers, on_round=on_round, target_reward=target_reward,
-            patience=patience, max_worker_errors=max_worker_errors,
-            max_concurrency=max_concurrency, round_timeout=None, refresh_interval=1,
-        )
-
-    @property
-    def stop_reason(self) -> str | None:
-        """Why the run must stop (set once :meth:`begin` or :meth:`advance` returned False)."""
-        return self._driver.stop_reason
-
-    @property
-    def reward(self) -> float | None:
-        """The last measured eval-task reward of the dev head."""
-        return self._driver.reward
-
-    def begin(self) -> bool:
-        """Measure the dev head; False when no round should run (target met, error)."""
-        return self._driver.begin()
-
-    def advance(self, round_index: int) -> bool:
-        """Run one round; False when the run must stop."""
-        return self._driver.advance(round_index)
-
-    def end(self) -> EvolutionResult:
-        """Promote on a clean finish and build the result (call once)."""
-        return self._driver.end()
-
-    def close(self) -> None:
-        self._parts.close()
+    check_int("rounds", rounds, 0)
+    check_int("n_workers", n_workers, 1)
+    check_int("max_concurrency", max_concurrency, 1)
+    check_int("max_worker_errors", max_worker_errors, 1)
+    if patience is not None:
+        check_int("patience", patience, 1)
+    _check_verifier(verifier)
+    check_propose(propose)
+    check_strategy(strategy)
+    check_artifact_id(artifact_id)
+    split = verifier.split
+    if not split.all_tasks:
+        raise ContractError("the verifier's split has no tasks; there is nothing to evolve on")
+    train = [verifier.task(task_id) for task_id in split.train]
+    head_state: Mapping[str, str] = ledger.read_state(ledger.head("dev"))
+    options = resolve_options(
+        train=train, keys_state=head_state, strategy=strategy, parallel=None,
+        staleness_policy=staleness_policy, agg_config=agg_config, n_workers=n_workers,
+    )
+    budget = Budget(max_calls=max_calls, max_seconds=max_seconds)
+    parts = wire_run(
+        options, split=split, ledger=ledger, verifier=verifier,
+        actor=Actor(_no_run, propose), strategy=strategy, task_sampler=RoundRobin(),
+        blast_radius=blast_radius, aggregator_factory=None, budget=budget,
+        artifact_id=artifact_id, seed=seed,
+        resumed=ledger.version_of(ledger.head("dev")) > 0,
+        scratch=isinstance(ledger, ScratchLedger), owns_verifier=False, owns_ledger=False,
+        guardrails=guardrails,
+    )
+    return _SyncDriver(
+        parts, n_workers=n_workers, on_round=on_round, target_reward=target_reward,
+        patience=patience, max_worker_errors=max_worker_errors,
+        max_concurrency=max_concurrency, round_timeout=None, refresh_interval=1,
+    )

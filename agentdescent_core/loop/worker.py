@@ -67,9 +67,6 @@ from agentdescent_core.proposers.guardrails import Guardrails
 from agentdescent_core.stats.samples import TaskSamples
 from agentdescent_core.tasks import Task
 
-__all__ = ["Actor", "EngineVerifier", "ProposalSite", "Snapshot", "UnitResult", "WorkerContext",
-           "check_propose", "check_signatures", "resolve_actor", "wants_site", "work_unit"]
-
 RunFn = Callable[[str, Task], Any]
 ProposeFn = Callable[..., Any]
 
