@@ -107,11 +107,10 @@ def exports(tree: Path) -> dict[str, int]:
     init = ast.parse((tree / "agentdescent_core" / "__init__.py").read_text("utf-8"))
     top = 0
     for node in init.body:
-        target = node.target if isinstance(node, ast.AnnAssign) else (
-            node.targets[0] if isinstance(node, ast.Assign) else None)
-        if isinstance(target, ast.Name) and target.id == "_EXPORTS" and isinstance(
-                node.value, ast.Dict):
-            top = len(node.value.keys)
+        if isinstance(node, ast.AnnAssign | ast.Assign) and isinstance(node.value, ast.Dict):
+            target = node.target if isinstance(node, ast.AnnAssign) else node.targets[0]
+            if isinstance(target, ast.Name) and target.id == "_EXPORTS":
+                top = len(node.value.keys)
     names = modules = 0
     for path in (tree / "agentdescent_core").rglob("*.py"):
         count = _all_entries(path)

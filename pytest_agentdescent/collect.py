@@ -28,20 +28,6 @@ from agentdescent_core.evaluation.protocol import TaskSplit
 from agentdescent_core.governance import FrozenSet
 from pytest_agentdescent.markers import is_guard, read_marker
 
-__all__ = [
-    "IMPLICIT_HOLDOUT_MIN_TASKS",
-    "EvolvePlan",
-    "EvolveTask",
-    "RepoLayout",
-    "collect_plan",
-    "collect_tasks",
-    "ensure_state_dir",
-    "find_layout",
-    "holdout_draw",
-    "resolve_roots",
-    "task_sources",
-]
-
 #: Suites with fewer tasks get no hash-based holdout: a quarter of six tasks
 #: is one or two tests, too few to measure acceptance on.
 IMPLICIT_HOLDOUT_MIN_TASKS = 8

@@ -16,19 +16,6 @@ from typing import Any
 
 import pytest
 
-__all__ = [
-    "EVOLVE",
-    "EVOLVE_MARKER",
-    "GUARD",
-    "GUARD_MARKER",
-    "TaskMarker",
-    "is_guard",
-    "mark_selected_tasks",
-    "read_marker",
-    "task_expression",
-    "validate_markers",
-]
-
 EVOLVE = "evolve"
 GUARD = "evolve_guard"
 

@@ -57,8 +57,6 @@ if TYPE_CHECKING:
     from agentdescent_core.proposers.llm_cache import LLMCache
     from agentdescent_core.proposers.models import Completion, ModelClient
 
-__all__ = ["PLUGIN_NAME", "ModelProposer", "ProposerStopped", "frozen_description"]
-
 PLUGIN_NAME = "agentdescent-model"
 
 #: A first call is priced from the prompt (about 4 characters a token) and this many

@@ -18,17 +18,15 @@ import os
 
 import pytest
 
+from agentdescent_core.evaluation.journal import CHILD_ENV
 from pytest_agentdescent.markers import (
     EVOLVE_MARKER,
     GUARD_MARKER,
     mark_selected_tasks,
     validate_markers,
 )
-from pytest_agentdescent.reward import CHILD_ENV
 from pytest_agentdescent.reward import evolve_reward as evolve_reward
 from pytest_agentdescent.settings import EvolveSettings, add_options, read_settings
-
-__all__ = ["EVOLVE_MARKER", "GUARD_MARKER", "evolve_reward"]
 
 SESSION_NAME = "agentdescent-session"
 SUMMARY_NAME = "agentdescent-summary"

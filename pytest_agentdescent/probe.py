@@ -45,17 +45,6 @@ if TYPE_CHECKING:
     from pytest_agentdescent.collect import EvolvePlan
     from pytest_agentdescent.settings import EvolveSettings
 
-__all__ = [
-    "PLUGIN",
-    "PROBE_ENV",
-    "REQUIRE_ENV",
-    "ProbeError",
-    "ProbedPlan",
-    "ProbedTask",
-    "plan_from_json",
-    "probe_plan",
-]
-
 #: The plugin's module name, as given to ``-p``.
 PLUGIN = "pytest_agentdescent.probe"
 #: Where the child writes the plan (a file path); unset: the plugin writes nothing.
@@ -193,7 +182,7 @@ def probe_plan(
     pytest after ours (``-c other.ini``, ``-k``, ``-m``: a selection changes
     the tasks, as it would in a run).  Raises :class:`ProbeError`.
     """
-    from pytest_agentdescent.reward import CHILD_ENV
+    from agentdescent_core.evaluation.journal import CHILD_ENV
 
     environ = dict(os.environ if env is None else env)
     environ.pop(CHILD_ENV, None)  # a child evaluation would be a plain run

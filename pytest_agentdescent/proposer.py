@@ -38,8 +38,6 @@ from agentdescent_core.loop.worker import ProposalSite
 from agentdescent_core.tasks import Task
 from pytest_agentdescent.hooks import Failure, ProposeContext
 
-__all__ = ["Edits", "HookProposer", "hook_implementations", "missing_proposer_message"]
-
 #: The last lines of a hook's traceback worth showing in the error.
 _TRACE_LINES = 12
 

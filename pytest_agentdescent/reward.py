@@ -3,7 +3,7 @@
 A test that can say *how well* the agent did (not just pass / fail) calls
 ``evolve_reward(0.7)``.  The value is checked at once — a reward the statistics
 cannot trust fails the test right there, naming the value — and stored in the
-item's stash, where the child's recorder (``pytest_agentdescent.worker``) reads
+item's stash, where the child's recorder (``pytest_agentdescent.recorder``) reads
 it when it writes the test's record.  Outside an evaluation the fixture still
 works (and still validates), so the same suite runs under plain ``pytest``.
 
@@ -16,17 +16,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-
-from agentdescent_core.evaluation.records import CHILD_ENV
-
-__all__ = [
-    "CHILD_ENV",
-    "REWARD_KEY",
-    "RewardRecorder",
-    "clear_reward",
-    "evolve_reward",
-    "recorded_reward",
-]
 
 # CHILD_ENV (set to "1" in every child pytest that evaluates a candidate) is
 # re-exported here for the plugin, which must not start an evolution there.

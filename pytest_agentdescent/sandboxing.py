@@ -21,8 +21,6 @@ if TYPE_CHECKING:
     from agentdescent_core.governance import FrozenSet
     from agentdescent_core.sandbox.spec import Backend
 
-__all__ = ["open_verifier", "usable_backend"]
-
 
 def usable_backend(name: str, *, option: str) -> Backend:
     """The backend ``name`` (``auto`` picks), or ValueError saying why it cannot run here.

@@ -6,7 +6,7 @@ A task counts when it ran to an outcome with a reward: passed / xpassed (1.0,
 or the ``evolve_reward`` value), failed (0.0, or the recorded value), an error
 in setup or teardown (0.0); skipped and xfailed tests are not tasks.  The
 reward is the weighted mean over tasks, weights from ``evolve(weight=...)`` —
-the same rules the evolution's evaluation uses (``worker.combine_reports``).
+the same rules the evolution's evaluation uses (``recorder.combine_reports``).
 
 The marker's weight and the recorded reward travel on the test report itself,
 so the line is right under pytest-xdist too, where tests run in other processes.
@@ -19,10 +19,8 @@ from collections.abc import Generator
 import pytest
 
 from pytest_agentdescent.markers import read_marker
+from pytest_agentdescent.recorder import combine_reports
 from pytest_agentdescent.reward import recorded_reward
-from pytest_agentdescent.worker import combine_reports
-
-__all__ = ["REWARD_ATTR", "WEIGHT_ATTR", "RewardSummary", "format_line"]
 
 #: Attributes set on the reports of marked tests (kept by xdist's serialization).
 WEIGHT_ATTR = "evolve_weight"

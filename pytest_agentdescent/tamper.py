@@ -43,8 +43,6 @@ from contextlib import contextmanager
 from types import FrameType, FunctionType, MethodType, ModuleType
 from typing import Any
 
-__all__ = ["FRAME_ATTRS", "WATCHED_EVENTS", "Integrity", "Planted", "Watch", "origin"]
-
 #: Audit events that hand out frames or raw memory (``ctypes.*`` is matched by prefix).
 WATCHED_EVENTS: frozenset[str] = frozenset({
     "sys._getframe", "sys._current_frames",

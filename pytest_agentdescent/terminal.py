@@ -18,16 +18,6 @@ from agentdescent_core.artifacts.paths import is_inside
 from agentdescent_core.loop.result import RoundInfo
 from pytest_agentdescent.collect import IMPLICIT_HOLDOUT_MIN_TASKS, EvolvePlan
 
-__all__ = [
-    "Out",
-    "collect_listing",
-    "counted",
-    "evolved_diff",
-    "header_lines",
-    "round_line",
-    "summary_lines",
-]
-
 #: Per-test flips listed by name in the terminal; the rest are counted (report.md has all).
 _SHOWN_FLIPS = 10
 

@@ -18,7 +18,7 @@ import pytest
 from conftest import snapshot, user_git, write
 from test_session_runs import make_agent_repo
 
-from pytest_agentdescent.reward import CHILD_ENV
+from agentdescent_core.evaluation.journal import CHILD_ENV
 
 SCRIPT = str(Path(sys.executable).with_name("agentdescent"))
 

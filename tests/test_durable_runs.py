@@ -34,7 +34,7 @@ from test_session_runs import (
     report_of,
 )
 
-from pytest_agentdescent.reward import CHILD_ENV
+from agentdescent_core.evaluation.journal import CHILD_ENV
 
 pytestmark = pytest.mark.slow
 

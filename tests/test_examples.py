@@ -4,7 +4,7 @@ Three layers, cheapest first:
 
 * the bot and the coach (its ``pytest_evolve_propose``) as plain functions;
 * the coach against real failures: the example's suite runs as a child
-  pytest with the evaluation's own recorder (``pytest_agentdescent.worker``),
+  pytest with the evaluation's own recorder (``pytest_agentdescent.recorder``),
   the failing *train* tasks go to the coach, its edits are written, and the
   suite runs again — holdout tasks never reach it and must pass anyway;
 * the README's main-job command, ``pytest --evolve skills/ --evolve-dry-run``,
@@ -34,8 +34,8 @@ from typing import Any
 import pytest
 from conftest import clone_working_tree, user_git
 
+from agentdescent_core.evaluation.journal import RECORD_ENV
 from pytest_agentdescent.hooks import Failure, ProposeContext
-from pytest_agentdescent.worker import RECORD_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "support-bot"
@@ -92,7 +92,7 @@ def run_recorded(example: Path, journal: Path) -> dict[str, dict[str, Any]]:
     """One run of the example's suite with the evaluation's recorder: nodeid -> record."""
     journal.unlink(missing_ok=True)
     subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "pytest_agentdescent.worker", "-q",
+        [sys.executable, "-m", "pytest", "-p", "pytest_agentdescent.recorder", "-q",
          "--no-header", "-rN", "-p", "no:cacheprovider", TESTS],
         cwd=example, env={**child_env(), RECORD_ENV: str(journal)},
         capture_output=True, text=True, timeout=120, check=False,

@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
+from agentdescent_core.evaluation.journal import CHILD_ENV
 from agentdescent_core.sandbox.env import DEFAULT_ENV_ALLOWLIST
-from pytest_agentdescent.reward import CHILD_ENV
 from pytest_agentdescent.settings import (
     DEFAULT_REPEATS,
     KNOBS,

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from conftest import snapshot, user_git, write
 
+from agentdescent_core.evaluation.journal import CHILD_ENV
 from agentdescent_core.report import REQUIRED_KEYS
-from pytest_agentdescent.reward import CHILD_ENV
 
 pytestmark = pytest.mark.slow
 

@@ -23,11 +23,11 @@ from conftest import snapshot, user_git, write
 from sandbox_support import ALL_BACKENDS, require_backend
 
 from agentdescent_core.artifacts.filetree import FileTree
+from agentdescent_core.evaluation.journal import CHILD_ENV
 from agentdescent_core.evaluation.protocol import TaskSplit
 from agentdescent_core.evaluation.sandboxed import SandboxedVerifier
 from agentdescent_core.governance import FrozenSet
 from agentdescent_core.sandbox.workspace import MAX_PROTECTED_FILES, Violation, Workspace
-from pytest_agentdescent.reward import CHILD_ENV
 
 SKILL = "skills/s/SKILL.md"
 

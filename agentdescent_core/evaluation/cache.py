@@ -46,8 +46,6 @@ from agentdescent_core.evaluation.records import TestRecord, mac_matches
 from agentdescent_core.evaluation.records import mac as sign
 from agentdescent_core.sqlite_file import SqliteFile
 
-__all__ = ["VERDICT_KINDS", "EvalCache", "EvalCacheError", "Verdict", "key_file", "run_key"]
-
 #: What a verdict can say about a whole candidate.
 VERDICT_KINDS: tuple[str, ...] = ("frozen-violation", "tamper", "collection-error")
 

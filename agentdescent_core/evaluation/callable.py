@@ -33,8 +33,6 @@ from agentdescent_core.evaluation.protocol import TaskSplit, requested_tasks
 from agentdescent_core.stats.samples import TaskSamples, as_reward
 from agentdescent_core.tasks import Task
 
-__all__ = ["CallableVerifier", "Rollout", "call_with_retries", "callable_name", "check_reward"]
-
 _T = TypeVar("_T")
 
 RunFn = Callable[[str, Task], Any]

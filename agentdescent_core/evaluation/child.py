@@ -1,7 +1,7 @@
 """The child run: the candidate's tests in a ``python -m pytest`` inside a sandbox.
 
 :func:`run_tests` starts the child pytest in a workspace through a backend,
-with the recorder plugin (``pytest_agentdescent.worker``) journaling one line
+with the recorder plugin (``pytest_agentdescent.recorder``) journaling one line
 per test, and turns the journal into :class:`TestRecord` objects.
 
 A child process runs each test **at most once**.  A test that cannot run
@@ -53,14 +53,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentdescent_core.evaluation.records import (
+from agentdescent_core.evaluation.journal import (
     CHILD_ENV,
-    DEFAULT_OUTPUT_CHARS,
     PLAN_ENV,
     RECORD_ENV,
-    TestRecord,
-    mac_matches,
+    ChildPlan,
+    read_journal,
 )
+from agentdescent_core.evaluation.records import DEFAULT_OUTPUT_CHARS, TestRecord
 from agentdescent_core.sandbox.env import DEFAULT_ENV_ALLOWLIST, child_environment
 from agentdescent_core.sandbox.interpreter import interpreter_paths, package_root
 from agentdescent_core.sandbox.snapshot import remove_tree
@@ -73,30 +73,18 @@ from agentdescent_core.sandbox.spec import (
     WorkspaceWrites,
 )
 
-__all__ = [
-    "DEFAULT_OUTPUT_CHARS",
-    "ChildConfig",
-    "ChildOutcome",
-    "Plan",
-    "child_argv",
-    "run_tests",
-    "spans",
-    "split_plan",
-    "sweeps",
-]
-
 #: Node id -> (first repeat index, number of repeats).  :func:`run_tests` takes
 #: plans whose counts are all 1 (one run per test per child); :func:`sweeps`
 #: cuts any set of (test, repeat) pairs into such plans.
-Plan = Mapping[str, tuple[int, int]]
+Spans = Mapping[str, tuple[int, int]]
 
 _TAIL_CHARS = 2000
 #: pytest's own exit codes for a session that ran to its end (tests failed or not).
 _NORMAL_EXITS = (0, 1, 5)
 
-# The recorder's contract (pytest_agentdescent.worker); spelled here so this
-# module does not import pytest.
-_WORKER_PLUGIN = "pytest_agentdescent.worker"
+# The recorder's module (the other side of evaluation/journal.py); named here so
+# this module does not import pytest.
+_RECORDER_PLUGIN = "pytest_agentdescent.recorder"
 
 
 @dataclass(frozen=True)
@@ -192,7 +180,7 @@ def child_argv(test_files: Sequence[str], *, state_dir: Path,
     no_xdist = ["-n", "0"] if _xdist_installed() and not xdist_off else []
     return [
         sys.executable, "-m", "pytest",
-        "-p", _WORKER_PLUGIN,
+        "-p", _RECORDER_PLUGIN,
         "-q", "--no-header", "-rN",
         "--maxfail=0",
         *no_xdist,
@@ -202,7 +190,7 @@ def child_argv(test_files: Sequence[str], *, state_dir: Path,
     ]
 
 
-def split_plan(plan: Plan, chunks: int) -> list[dict[str, tuple[int, int]]]:
+def split_plan(plan: Spans, chunks: int) -> list[dict[str, tuple[int, int]]]:
     """``plan`` cut into at most ``chunks`` parts of similar cost, to run at once.
 
     Tests of one file stay together when there are enough files (module-scoped
@@ -240,7 +228,7 @@ def sweeps(keys: Iterable[tuple[str, int]]) -> list[dict[str, tuple[int, int]]]:
 
 def run_tests(
     workspace_root: Path,
-    plan: Plan,
+    plan: Spans,
     config: ChildConfig,
     *,
     scratch: Path,
@@ -307,15 +295,12 @@ def run_tests(
         run_dir.mkdir(parents=True, exist_ok=True)
         journal = run_dir / "records.jsonl"
         plan_file = run_dir / "plan.json"
-        key = secrets.token_hex(32)  # signs the journal lines (pytest_agentdescent.worker)
-        plan_file.write_text(json.dumps({
-            "tests": {nodeid: list(span) for nodeid, span in pending.items()},
-            "test_timeout": config.test_timeout,
-            "output_chars": config.output_chars,
-            "key": key,
-            "artifact_roots": [str(p.absolute()) for p in writable],
-            "workspace": space,
-        }), encoding="utf-8")
+        key = secrets.token_hex(32)  # signs this child's journal lines, once
+        plan_file.write_text(ChildPlan(
+            tests=dict(pending), test_timeout=config.test_timeout,
+            output_chars=config.output_chars, key=key,
+            artifact_roots=tuple(str(p.absolute()) for p in writable), workspace=space,
+        ).to_json(), encoding="utf-8")
         env = child_environment(
             os.environ if config.host_env is None else config.host_env,
             config.env_allow,
@@ -344,7 +329,7 @@ def run_tests(
             workspace_writes=workspace_writes,
         )
         result = config.backend.run(spec)
-        lines = _read_journal(journal, key.encode())
+        lines = read_journal(journal, key.encode())
         tamper.extend(t for t in _tamper_of(lines) if t not in tamper)
         collect_errors = [str(d["collect_error"]) for d in lines if "collect_error" in d]
         if collect_errors:
@@ -417,27 +402,6 @@ def _add_import_path(env: dict[str, str]) -> None:
     if roots:
         env["PYTHONPATH"] = os.pathsep.join(
             [*roots, *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)])
-
-
-def _read_journal(path: Path, key: bytes) -> list[dict[str, Any]]:
-    """The journal's lines that the recorder signed; torn and forged lines are dropped."""
-    try:
-        text = path.read_text("utf-8", errors="replace")
-    except (FileNotFoundError, IsADirectoryError):
-        return []
-    lines: list[dict[str, Any]] = []
-    for line in text.splitlines():
-        try:
-            data = json.loads(line)
-        except ValueError:
-            continue  # a line torn by a kill
-        if not isinstance(data, dict):
-            continue
-        mac = data.pop("mac", None)
-        body = json.dumps(data, sort_keys=True).encode()
-        if mac_matches(key, body, mac):
-            lines.append(data)
-    return lines
 
 
 def _unplaced(text: str, space: str) -> str:

@@ -14,8 +14,6 @@ from typing import Protocol, runtime_checkable
 from agentdescent_core.errors import RefusalError
 from agentdescent_core.stats.samples import TaskSamples
 
-__all__ = ["Disqualifying", "TaskSplit", "Verifier", "requested_tasks"]
-
 
 @dataclass(frozen=True)
 class TaskSplit:

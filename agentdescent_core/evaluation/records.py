@@ -9,29 +9,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = [
-    "CHILD_ENV",
-    "DEFAULT_OUTPUT_CHARS",
-    "MIN_LATER_RUNS",
-    "OUTCOMES",
-    "PLAN_ENV",
-    "RECORD_ENV",
-    "REWARDING_OUTCOMES",
-    "TestRecord",
-    "first_run_stands_apart",
-    "mac",
-    "mac_matches",
-]
-
-# The environment the parent gives the child pytest (agentdescent_core.evaluation.child)
-# and the recorder reads (pytest_agentdescent.worker): named once, here, because
-# this module is standard-library only and cheap for the child to import.
-RECORD_ENV = "AGENTDESCENT_RECORD"
-"""The JSON-lines journal the recorder appends to."""
-PLAN_ENV = "AGENTDESCENT_PLAN"
-"""The plan file: which tests, which repeats, the per-test timeout, the signing key."""
-CHILD_ENV = "AGENTDESCENT_CHILD"
-"""Set to "1" in every child pytest; the ``--evolve`` controller never starts there."""
 DEFAULT_OUTPUT_CHARS = 4000
 """Characters of a test's message and captured output a record keeps by default."""
 

@@ -78,9 +78,6 @@ from agentdescent_core.sandbox.workspace import FrozenCheck, Workspace, uncommit
 from agentdescent_core.stats.samples import TaskSamples
 from agentdescent_core.tasks import Task
 
-__all__ = ["Observation", "OrderDependentTestWarning", "SandboxedVerifier",
-           "UncommittedChangesWarning", "record_reward"]
-
 
 class UncommittedChangesWarning(UserWarning):
     """Tests or artifact files differ from the commit that is evaluated."""

@@ -1,7 +1,7 @@
 """The recorder plugin inside real child pytest processes, and the evolve_reward fixture.
 
 Each test writes a small test suite into tmp_path and runs
-``python -m pytest -p pytest_agentdescent.worker`` on it in a subprocess (its
+``python -m pytest -p pytest_agentdescent.recorder`` on it in a subprocess (its
 own session, as the sandbox backends start it), then reads the journal.
 """
 
@@ -20,14 +20,9 @@ from typing import Any
 import pytest
 
 import pytest_agentdescent
+from agentdescent_core.evaluation.journal import PLAN_ENV, RECORD_ENV, sign_line
 from agentdescent_core.evaluation.records import TestRecord
-from pytest_agentdescent.worker import (
-    PLAN_ENV,
-    RECORD_ENV,
-    combine_reports,
-    sign_line,
-    truncate,
-)
+from pytest_agentdescent.recorder import combine_reports, truncate
 
 PACKAGE_ROOT = str(Path(pytest_agentdescent.__file__).resolve().parent.parent)
 
@@ -68,7 +63,7 @@ def run_child(
         child_env[PLAN_ENV] = str(tmp_path / "plan.json")
     child_env.update(env or {})
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "pytest_agentdescent.worker", "-q",
+        [sys.executable, "-m", "pytest", "-p", "pytest_agentdescent.recorder", "-q",
          "-p", "no:cacheprovider", *args],
         cwd=tmp_path, env=child_env, capture_output=True, text=True, timeout=timeout,
         start_new_session=True, check=False,
@@ -402,7 +397,7 @@ def test_without_a_journal_the_recorder_does_nothing(tmp_path: Path) -> None:
     (tmp_path / "test_plain.py").write_text("def test_plain():\n    pass\n", encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if k not in (RECORD_ENV, PLAN_ENV)}
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "pytest_agentdescent.worker", "-q",
+        [sys.executable, "-m", "pytest", "-p", "pytest_agentdescent.recorder", "-q",
          "-p", "no:cacheprovider"],
         cwd=tmp_path, env={**env, "PYTHONPATH": PACKAGE_ROOT}, capture_output=True, text=True,
         timeout=60, check=False,

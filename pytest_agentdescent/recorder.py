@@ -1,7 +1,7 @@
 """The recorder plugin loaded into the child pytest that evaluates a candidate.
 
 The parent (``agentdescent_core.evaluation.child``) starts
-``python -m pytest -p pytest_agentdescent.worker <test files>`` in a workspace
+``python -m pytest -p pytest_agentdescent.recorder <test files>`` in a workspace
 with two environment variables: :data:`RECORD_ENV`, the JSON-lines file this
 plugin appends to, and :data:`PLAN_ENV`, a JSON file saying which tests to run,
 which repeat indices, the per-test timeout and how much output to keep.  Without
@@ -38,7 +38,7 @@ The recorder is also tamper-evident (:mod:`pytest_agentdescent.tamper`).  At
 import — before any conftest or test module — it reads the plan, opens the
 journal, pins its own functions (and pytest's ``runtestprotocol`` and
 ``call_and_report``) to private copies of their globals, so that replacing
-``worker.combine_reports`` or ``json.dumps`` changes nothing it calls, and
+``recorder.combine_reports`` or ``json.dumps`` changes nothing it calls, and
 installs an audit hook.  After every phase it checks that no attribute of its
 modules, or of pytest's runner, reports, nodes and python modules and their
 key classes, was replaced; after each test it looks for library attributes
@@ -47,23 +47,21 @@ that now hold code from the artifact roots.  Each finding is a signed
 whole candidate ``tamper``.
 
 From ``agentdescent_core`` the module imports only the standard-library
-:mod:`~agentdescent_core.evaluation.records` (the variable names it shares with
-the parent): the engine's heavier parts would add up to half a second to every
-child start.  The parent validates each line with ``TestRecord.from_mapping``.
+:mod:`~agentdescent_core.evaluation.journal` (the plan, the signing, the
+environment names: the protocol both sides share) and
+:mod:`~agentdescent_core.evaluation.records`: the engine's heavier parts would
+add up to half a second to every child start.  The parent validates each line
+with ``TestRecord.from_mapping``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
 import os
 import signal
 import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import FunctionType, ModuleType
 from typing import IO, Any, cast
@@ -75,83 +73,26 @@ import _pytest.runner
 import pytest
 from _pytest.runner import runtestprotocol
 
+from agentdescent_core.evaluation import journal as _journal
 from agentdescent_core.evaluation import records as _records
-from agentdescent_core.evaluation.records import (
-    CHILD_ENV,
-    DEFAULT_OUTPUT_CHARS,
-    PLAN_ENV,
-    RECORD_ENV,
-)
+from agentdescent_core.evaluation.journal import PLAN_ENV, RECORD_ENV, ChildPlan, sign_line
+from agentdescent_core.evaluation.records import DEFAULT_OUTPUT_CHARS
 from pytest_agentdescent import reward as _reward
 from pytest_agentdescent.reward import clear_reward, recorded_reward
 from pytest_agentdescent.tamper import Integrity, Planted, Watch
 
-# What the recorder calls, bound once: a test that patches ``json.dumps`` or
-# ``hmac.new`` does not change how lines are written or signed.
-_dumps = json.dumps
-_hmac_new = hmac.new
-_sha256 = hashlib.sha256
+# What the recorder calls, bound once: a test that patches ``time.monotonic`` or
+# ``threading.Thread`` does not change how the watchdog works (the journal's own
+# module binds ``json.dumps`` and ``hmac.new`` the same way).
 _monotonic = time.monotonic
 _Thread = threading.Thread
 _Condition = threading.Condition
 _RLock = threading.RLock
 
-__all__ = [
-    "CHILD_ENV",
-    "DEFAULT_OUTPUT_CHARS",
-    "PLAN_ENV",
-    "RECORD_ENV",
-    "TIMEOUT_EXIT_CODE",
-    "Plan",
-    "combine_reports",
-    "record",
-    "sign_line",
-    "truncate",
-]
 
 #: Exit status of a child whose watchdog fired but survived its own group kill
 #: (a PID-1 process in a container ignores SIGKILL from inside).
 TIMEOUT_EXIT_CODE = 124
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Which tests the child runs: nodeid -> (first repeat index, number of repeats).
-
-    An empty ``tests`` means "every collected test, once" (handy by hand).
-    ``test_timeout`` of None disables the watchdog.
-    """
-
-    tests: Mapping[str, tuple[int, int]] = field(default_factory=dict)
-    test_timeout: float | None = None
-    output_chars: int = DEFAULT_OUTPUT_CHARS
-    key: str = ""
-    #: Absolute paths of the artifact roots (as the child sees them) and of the
-    #: workspace: code under the roots is the candidate's (``tamper``).
-    artifact_roots: tuple[str, ...] = ()
-    workspace: str = ""
-
-    @classmethod
-    def from_json(cls, text: str) -> Plan:
-        data = json.loads(text)
-        tests: dict[str, tuple[int, int]] = {}
-        for nodeid, span in dict(data.get("tests", {})).items():
-            first, count = (int(x) for x in span)
-            if first < 0 or count < 1:
-                raise ValueError(f"plan for {nodeid!r} has first={first}, count={count}")
-            tests[str(nodeid)] = (first, count)
-        timeout = data.get("test_timeout")
-        return cls(
-            tests=tests,
-            test_timeout=None if timeout is None or float(timeout) <= 0 else float(timeout),
-            output_chars=int(data.get("output_chars", DEFAULT_OUTPUT_CHARS)),
-            key=str(data.get("key", "")),
-            artifact_roots=tuple(str(p) for p in data.get("artifact_roots", ())),
-            workspace=str(data.get("workspace", "")),
-        )
-
-    def span(self, nodeid: str) -> tuple[int, int]:
-        return self.tests.get(nodeid, (0, 1))
 
 
 def truncate(text: str, limit: int) -> str:
@@ -415,7 +356,7 @@ class _Guard:
 class Recorder:
     """Runs the planned tests and journals one record per test per repeat."""
 
-    def __init__(self, journal: _Journal, plan: Plan, guard: _Guard) -> None:
+    def __init__(self, journal: _Journal, plan: ChildPlan, guard: _Guard) -> None:
         self._journal = journal
         self._plan = plan
         self._guard = guard
@@ -490,15 +431,6 @@ class Recorder:
         self._journal.close()
 
 
-def sign_line(data: Mapping[str, Any], key: bytes) -> str:
-    """``data`` as a JSON line, with its HMAC under ``key`` in ``mac`` (unsigned without a key)."""
-    body = _dumps(dict(data), sort_keys=True)
-    if not key:
-        return body
-    mac = _hmac_new(key, body.encode(), _sha256).hexdigest()
-    return _dumps({**data, "mac": mac}, sort_keys=True)
-
-
 def _ensure_plugin(config: pytest.Config) -> None:
     """Register the agentdescent plugin (the ``evolve_reward`` fixture) when autoload is off."""
     from pytest_agentdescent import plugin
@@ -525,7 +457,7 @@ def _pinned(namespace: Mapping[str, Any], module: str, classes: Iterable[str] = 
             ) -> dict[str, Any]:
     """A private copy of a module's globals whose functions and classes use the copy.
 
-    Replacing ``worker.combine_reports`` (or ``_pytest.runner.call_and_report``)
+    Replacing ``recorder.combine_reports`` (or ``_pytest.runner.call_and_report``)
     then changes the module, not what the recorder calls.
     """
     private = dict(namespace)
@@ -559,7 +491,8 @@ def _start() -> dict[str, Any] | str | None:
     private = _pin_all()
     plan_path = os.environ.get(PLAN_ENV)
     try:
-        plan = Plan.from_json(Path(plan_path).read_text("utf-8")) if plan_path else Plan()
+        plan = (ChildPlan.from_json(Path(plan_path).read_text("utf-8")) if plan_path
+                else ChildPlan())
     except (OSError, ValueError, TypeError) as exc:
         return (f"agentdescent recorder: cannot read the plan {plan_path!r} ({exc}); "
                 f"{PLAN_ENV} must name a JSON file written by the evaluation layer")
@@ -574,7 +507,7 @@ def _start() -> dict[str, Any] | str | None:
     ours = [value for value in (*vars(me).values(), *private.values())
             if isinstance(value, (FunctionType, type)) and value.__module__ == __name__]
     watch = Watch(plan.artifact_roots, workspace, journal.tamper, protected=ours)
-    strict: list[ModuleType | type] = [me, _reward, _records]
+    strict: list[ModuleType | type] = [me, _reward, _records, _journal]
     strict += [value for value in private.values()
                if isinstance(value, type) and value.__module__ == __name__]
     integrity = Integrity(strict, [_pytest.runner, _pytest.reports, _pytest.python,
@@ -588,9 +521,11 @@ def _start() -> dict[str, Any] | str | None:
 
 def _pin_all() -> dict[str, Any]:
     runner = _pinned(vars(_pytest.runner), "_pytest.runner")
+    journal = _pinned(vars(_journal), _journal.__name__)
     private = _pinned(globals(), __name__,
                       ("_KeepParents", "_Journal", "_Watchdog", "_Guard", "Recorder"))
     private["runtestprotocol"] = runner["runtestprotocol"]
+    private["sign_line"] = journal["sign_line"]
     return private
 
 
