@@ -13,10 +13,11 @@ questions, in this order:
 2. **Evidence.**  The marked tasks and the guards run on both artifact
    versions in the sandbox — one :class:`SandboxedVerifier` whose workspaces
    copy the *base* commit, fed the base's and the head's artifact files read
-   from the git trees — and the project's default acceptance policy (the paired
-   permutation test with its sequential looks, at the run's repeats) decides
-   whether the improvement reproduces.  A guard failing at the head fails the
-   review too.
+   from the git trees — and the run's acceptance test decides whether the
+   improvement reproduces: the policy the aggregator builds for the run's
+   repeats (by default the paired test by betting), driven by the aggregator's
+   own loop (:func:`agentdescent_core.aggregator.checks.run_acceptance`).  A
+   guard failing at the head fails the review too.
 
 What decides the rules is the base, never the head: the plan (roots, tasks,
 guards, frozen set, settings) is collected at the base commit, so a pull
@@ -290,7 +291,6 @@ def _evaluate(result: ReviewResult, plan: ProbedPlan, scratch: Path, base: Any, 
     from agentdescent_core.artifacts.filetree import FileTree
     from agentdescent_core.errors import RefusalError
 
-    settings = plan.settings
     frozen = plan.frozen_set()
     tree = FileTree(plan.roots, frozen=frozen)
     try:
@@ -306,7 +306,7 @@ def _evaluate(result: ReviewResult, plan: ProbedPlan, scratch: Path, base: Any, 
         result.failures.append("no test is marked @pytest.mark.evolve at base, so there is "
                                "nothing to measure the improvement on")
         return
-    backend = _backend(sandbox or str(settings.get("sandbox", "auto")))
+    backend = _backend(sandbox or str(_setting(plan, "sandbox")))
     result.sandbox = backend.name
     verifier = _verifier(plan, scratch, base.hexsha, tree, backend, result, pytest_args)
     try:
@@ -329,14 +329,13 @@ def _verifier(plan: ProbedPlan, scratch: Path, base: str, tree: Any, backend: An
     from agentdescent_core.sandbox.local import SandboxSetupError
     from pytest_agentdescent.sandboxing import open_verifier, plugin_args
 
-    settings = plan.settings
     try:
         verifier, notes = open_verifier(
             scratch, base, plan.split(), tree=tree, frozen=plan.frozen_set(),
-            backend=backend, cache=None, env_allow=tuple(settings.get("env", ())),
-            network=settings.get("network", "default"),
-            test_timeout=float(settings.get("test_timeout", 60.0)),
-            eval_concurrency=int(settings.get("eval_concurrency", 1)), subdir=plan.subdir,
+            backend=backend, cache=None, env_allow=tuple(_setting(plan, "env")),
+            network=_setting(plan, "network"),
+            test_timeout=float(_setting(plan, "test_timeout")),
+            eval_concurrency=int(_setting(plan, "eval_concurrency")), subdir=plan.subdir,
             pytest_args=plugin_args(pytest_args, os.environ),
         )
     except (SandboxSetupError, ValueError) as exc:
@@ -348,54 +347,34 @@ def _verifier(plan: ProbedPlan, scratch: Path, base: str, tree: Any, backend: An
 def _measure(result: ReviewResult, plan: ProbedPlan, verifier: SandboxedVerifier,
              base_state: Mapping[str, str], head_state: Mapping[str, str],
              repeats: int | None, say: Log) -> None:
-    from agentdescent_core.aggregator.checks import MAX_LOOKS, run_pairs
-    from agentdescent_core.stats.policies import (
-        DEFAULT_POLICY,
-        Sequential,
-        baseline_repeats,
-        policy_for,
-    )
+    from agentdescent_core.aggregator import AggregatorConfig
+    from agentdescent_core.aggregator.checks import run_acceptance
+    from agentdescent_core.stats.policies import Sequential, policy_for
+    from agentdescent_core.stats.samples import PASS_THRESHOLD
 
-    first = repeats if repeats is not None else int(plan.settings.get("repeats", 2))
-    policy = policy_for(DEFAULT_POLICY, first)
+    first = repeats if repeats is not None else int(_setting(plan, "repeats"))
+    # The run's acceptance test: the policy the aggregator builds from its config,
+    # driven by the aggregator's own loop, with the pull request's base as the base.
+    config = AggregatorConfig(repeats=first)
+    policy = policy_for(config.acceptance, config.repeats)
     split = verifier.split
     tasks = list(split.eval_tasks)
-    if isinstance(policy, Sequential):
-        # The same test as the run's: one pair per task, then pairs where they tell.
+    if isinstance(policy, Sequential):  # one pair per task, then pairs where they tell
         say(f"evaluating {len(tasks)} tasks in pairs at base and head (sandbox "
             f"{verifier.backend.name})")
-        paired = run_pairs(verifier, policy, base_state, head_state, tasks)
-        for state, name in ((base_state, "base"), (head_state, "head")):
-            if _unusable(result, verifier, state, name):
-                return
-        decision, base_samples, samples = paired.decision, paired.base, paired.candidate
-        base_repeats = have = max(samples.repeats(t) for t in samples.tasks)
     else:
-        base_repeats = baseline_repeats(first)
-        say(f"evaluating {len(tasks)} tasks at base ({base_repeats} repeats each, sandbox "
-            f"{verifier.backend.name})")
-        base_samples = verifier.evaluate(base_state, tasks, base_repeats)
-        if _unusable(result, verifier, base_state, "base"):
+        say(f"evaluating {len(tasks)} tasks at base ({config.base_repeats} repeats each) and "
+            f"at head ({config.repeats} at the first look; sandbox {verifier.backend.name})")
+    run = run_acceptance(verifier, policy, base_state, head_state, tasks, config, version=0)
+    for state, name in ((base_state, "base"), (head_state, "head")):
+        if _unusable(result, verifier, state, name):
             return
-        have = first
-        say(f"evaluating {len(tasks)} tasks at head ({have} repeats each)")
-        samples = verifier.evaluate(head_state, tasks, have)
-        if _unusable(result, verifier, head_state, "head"):
-            return
-        decision = policy.decide(base_samples, samples)
-        looks = 1
-        while decision.more_repeats > 0 and looks < MAX_LOOKS:
-            have += decision.more_repeats
-            say(f"not decided yet; evaluating the head at {have} repeats")
-            samples = verifier.evaluate(head_state, tasks, have)
-            decision = policy.decide(base_samples, samples)
-            looks += 1
-    result.decision = decision
-    result.repeats = (base_repeats, have)
+    decision = result.decision = run.decision
+    result.repeats = (_most_repeats(run.base), _most_repeats(run.candidate))
     alpha = getattr(policy, "alpha", None)
     result.confidence = 1.0 - float(alpha) if isinstance(alpha, float) else None
     held = set(split.held_out)
-    result.rows = _rows(base_samples, samples, tasks, held)
+    result.rows = _rows(run.base, run.candidate, tasks, held)
     if not decision.accept:
         result.failures.append(f"the improvement does not reproduce: {decision.reason}")
     guards = list(split.guards)
@@ -403,14 +382,25 @@ def _measure(result: ReviewResult, plan: ProbedPlan, verifier: SandboxedVerifier
         say(f"evaluating {len(guards)} guard(s) at base and head ({first} repeats each)")
         g_before = verifier.evaluate(base_state, guards, first)
         g_after = verifier.evaluate(head_state, guards, first)
-        from agentdescent_core.stats.samples import PASS_THRESHOLD
-
         for row in _rows(g_before, g_after, guards, set(), kind="guard"):
             result.rows.append(row)
             if row.after < PASS_THRESHOLD:
                 also = " (it fails at base too)" if row.before < PASS_THRESHOLD else ""
                 result.failures.append(f"guard {row.nodeid} fails at head (mean reward "
                                        f"{row.after:.2f}){also}; guards must keep passing")
+
+
+def _setting(plan: ProbedPlan, name: str) -> Any:
+    """The base's setting ``name``, or its default where ``pytest_agentdescent.settings``
+    defines it (a plan always carries every setting; the default is the fallback)."""
+    from pytest_agentdescent.settings import EvolveSettings
+
+    return plan.settings.get(name, getattr(EvolveSettings(), name))
+
+
+def _most_repeats(samples: TaskSamples) -> int:
+    """Runs of the busiest task: what the review reports as the repeats of a version."""
+    return max(samples.repeats(t) for t in samples.tasks)
 
 
 def _unusable(result: ReviewResult, verifier: SandboxedVerifier, state: Mapping[str, str],
@@ -431,13 +421,10 @@ def _unusable(result: ReviewResult, verifier: SandboxedVerifier, state: Mapping[
 
 def _rows(before: TaskSamples, after: TaskSamples, tasks: Sequence[str], held: set[str], *,
           kind: str | None = None) -> list[TaskRow]:
-    from agentdescent_core.stats.samples import PASS_THRESHOLD
+    """One row per task in ``tasks`` order; the flips are the reports' (``find_flips``)."""
+    from agentdescent_core.stats.samples import find_flips
 
-    rows: list[TaskRow] = []
-    for nodeid in tasks:
-        b, a = before.mean(nodeid), after.mean(nodeid)
-        was, now = b >= PASS_THRESHOLD, a >= PASS_THRESHOLD
-        flip = None if was == now else ("fail->pass" if now else "pass->fail")
-        rows.append(TaskRow(nodeid, kind or ("holdout" if nodeid in held else "train"),
-                            b, a, flip))
-    return rows
+    flips = {f.nodeid: f.kind for f in find_flips(before, after)}
+    return [TaskRow(nodeid, kind or ("holdout" if nodeid in held else "train"),
+                    before.mean(nodeid), after.mean(nodeid), flips.get(nodeid))
+            for nodeid in tasks]

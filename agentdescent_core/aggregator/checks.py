@@ -21,7 +21,7 @@ from agentdescent_core.stats.policies import AcceptancePolicy, Sequential
 from agentdescent_core.stats.samples import PASS_THRESHOLD, AcceptanceDecision, TaskSamples
 
 __all__ = ["GuardRegression", "PairRun", "Refusal", "accept", "check_ops", "guard_regressions",
-           "run_pairs", "validate_card"]
+           "run_acceptance", "run_pairs", "validate_card"]
 
 #: Upper bound on sequential looks, so a policy that keeps asking cannot loop forever.
 MAX_LOOKS = 16
@@ -94,7 +94,12 @@ def validate_card(
 
 @dataclass(frozen=True)
 class PairRun:
-    """What a sequential test concluded, and the runs its pairs used."""
+    """What an acceptance test concluded, and the runs it used.
+
+    ``pairs`` counts the pairs a sequential test drew; it is 0 for a policy
+    that is not sequential (it compared whole evaluations, see
+    :func:`run_acceptance`).
+    """
 
     decision: AcceptanceDecision
     base: TaskSamples
@@ -140,7 +145,7 @@ def run_pairs(
     return PairRun(decision, base_samples, cand_samples, pairs)
 
 
-def accept(
+def run_acceptance(
     verifier: Verifier,
     policy: AcceptancePolicy,
     base: Mapping[str, str],
@@ -149,10 +154,19 @@ def accept(
     config: AggregatorConfig,
     *,
     version: int,
-) -> AcceptanceDecision:
-    """Run the acceptance test's sequential plan to a verdict."""
+) -> PairRun:
+    """Run the acceptance test's sequential plan to a verdict, keeping the runs it used.
+
+    The one acceptance loop: :func:`accept` (the aggregator) returns its
+    decision, and ``agentdescent review`` calls it directly because its
+    per-test table shows the runs behind the verdict.  A :class:`Sequential`
+    policy is fed the pairs it asks for (:func:`run_pairs`); any other gets the
+    base at ``config.base_repeats``, the candidate at ``config.repeats`` and
+    more candidate repeats while it asks for them, at most :data:`MAX_LOOKS`
+    looks.
+    """
     if isinstance(policy, Sequential):
-        return run_pairs(verifier, policy, base, candidate, tasks).decision
+        return run_pairs(verifier, policy, base, candidate, tasks)
     base_samples = verifier.evaluate(base, tasks, config.base_repeats)
     have = config.repeats
     samples = verifier.evaluate(candidate, tasks, have)
@@ -165,7 +179,22 @@ def accept(
         samples = verifier.evaluate(candidate, tasks, have)
         decision = policy.decide(base_samples, samples, version=version)
         looks += 1
-    return decision
+    return PairRun(decision, base_samples, samples, 0)
+
+
+def accept(
+    verifier: Verifier,
+    policy: AcceptancePolicy,
+    base: Mapping[str, str],
+    candidate: Mapping[str, str],
+    tasks: Sequence[str],
+    config: AggregatorConfig,
+    *,
+    version: int,
+) -> AcceptanceDecision:
+    """Run the acceptance test's sequential plan to a verdict (see :func:`run_acceptance`)."""
+    return run_acceptance(verifier, policy, base, candidate, tasks, config,
+                          version=version).decision
 
 
 @dataclass(frozen=True)

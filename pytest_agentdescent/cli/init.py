@@ -25,6 +25,7 @@ from pytest_agentdescent.cli.inifile import (
     set_keys,
 )
 from pytest_agentdescent.cli.project import repo_root
+from pytest_agentdescent.settings import EvolveSettings
 
 __all__ = ["ACTION_REF", "DEFAULT_SCHEDULE", "WORKFLOW_PATH", "init", "render_workflow"]
 
@@ -130,7 +131,8 @@ def _ini_values(rounds: int, model: str | None) -> dict[str, Value]:
 @click.option("--model", default=None, metavar="PROVIDER:MODEL",
               help="The proposing model (anthropic:MODEL or openai:MODEL); written as "
                    "evolve_model, and its API key is passed from a repository secret.")
-@click.option("--rounds", default=10, show_default=True, type=click.IntRange(min=0),
+@click.option("--rounds", default=EvolveSettings.rounds, show_default=True,
+              type=click.IntRange(min=0),
               help="evolve_rounds written to the pytest configuration.")
 @click.option("--action", "action", default=ACTION_REF, show_default=True, metavar="OWNER/REPO@REF",
               help="The Action the workflow uses.")

@@ -18,6 +18,7 @@ from agentdescent_core.sandbox.spec import BACKEND_NAMES
 from pytest_agentdescent.cli._common import PytestArgsCommand, pytest_args
 from pytest_agentdescent.reviewing import ReviewError, ReviewResult
 from pytest_agentdescent.reviewing import review as run_review
+from pytest_agentdescent.settings import EvolveSettings
 
 __all__ = ["render_review", "review"]
 
@@ -64,7 +65,7 @@ def render_review(result: ReviewResult) -> list[str]:
 @click.option("--repeats", type=click.IntRange(min=1), default=None,
               help="Runs of every task at the head's first look (default: evolve_repeats).")
 @click.option("--sandbox", type=click.Choice(BACKEND_NAMES), default=None,
-              help="Where the tests run (default: evolve_sandbox, else auto).")
+              help=f"Where the tests run (default: evolve_sandbox, else {EvolveSettings.sandbox}).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 def review(paths: tuple[str, ...], base: str, head: str, repeats: int | None,
            sandbox: str | None, as_json: bool) -> None:
