@@ -15,8 +15,6 @@ from urllib.parse import quote, unquote
 
 from agentdescent_core.artifacts.filetree import FileTree, TrustRegion
 
-__all__ = ["FileTreeCodec", "KeyFileCodec", "StateCodec", "codec_for"]
-
 
 @runtime_checkable
 class StateCodec(Protocol):

@@ -27,19 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from agentdescent_core.errors import AgentDescentError
+from agentdescent_core.errors import DecisionLogError as DecisionLogError
 from agentdescent_core.sqlite_file import SqliteFile
-
-__all__ = [
-    "DECISION_KINDS",
-    "AnyKillSwitch",
-    "DecisionLog",
-    "DecisionLogError",
-    "DecisionRecord",
-    "EnvKillSwitch",
-    "FileKillSwitch",
-    "KillSwitch",
-]
 
 #: What a decision record can be about.
 DECISION_KINDS: tuple[str, ...] = ("session", "loop", "merge")
@@ -131,10 +120,6 @@ class AnyKillSwitch:
 
     def __repr__(self) -> str:
         return f"AnyKillSwitch{self.switches!r}"
-
-
-class DecisionLogError(AgentDescentError):
-    """The decision log cannot be used or was given a record it cannot store."""
 
 
 @dataclass(frozen=True)

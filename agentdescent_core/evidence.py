@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from agentdescent_core.artifacts.diff import Diff
 from agentdescent_core.stats.samples import Flip
 
-__all__ = ["MERGE_CATEGORIES", "EvidenceCard", "MergeOutcome", "MergeReport"]
-
 
 class MergeOutcome(str, enum.Enum):
     """Why a merge decision went the way it did (the ``outcomes()`` vocabulary)."""

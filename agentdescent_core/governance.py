@@ -30,18 +30,6 @@ import pathspec
 
 from agentdescent_core.errors import RefusalError
 
-__all__ = [
-    "ALWAYS_FROZEN_PATTERNS",
-    "FAST_MAX",
-    "RESERVED_L0_NAMES",
-    "FrozenSet",
-    "Layer",
-    "check_artifact_id",
-    "classify",
-    "compile_glob",
-    "layer_for",
-]
-
 FAST_MAX: float = 0.30
 """Largest blast radius still updated on the fast layer (L2); anything above is L1."""
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-__all__ = ["cell", "code", "line_chart", "num", "number_or_none", "sha", "table"]
-
 
 def number_or_none(value: object) -> float | None:
     """``value`` as a finite float, or None (None, booleans, text, NaN and inf all give None)."""

@@ -33,15 +33,6 @@ from typing import Any, TypeVar
 
 from agentdescent_core.sandbox.env import is_never_passed
 
-__all__ = [
-    "MIN_SECRET_CHARS",
-    "SECRET_NAME_PATTERNS",
-    "Redactor",
-    "is_secret_name",
-    "redact",
-    "redact_data",
-]
-
 #: Names that look like credentials (fnmatch, matched upper-cased).
 SECRET_NAME_PATTERNS: tuple[str, ...] = ("*_KEY", "*_TOKEN", "*SECRET*", "*PASSWORD*", "*_PAT")
 #: Shorter values are never scrubbed (too many false hits).

@@ -41,8 +41,6 @@ from agentdescent_core.stats.samples import PASS_THRESHOLD
 if TYPE_CHECKING:
     from agentdescent_core.ledger.ledger import Ledger
 
-__all__ = ["REPORT_FORMAT", "REQUIRED_KEYS", "build_report", "render_markdown", "task_rewards"]
-
 REPORT_FORMAT = "agentdescent-report/1"
 
 #: The keys DESIGN.md promises in every ``report.json``.

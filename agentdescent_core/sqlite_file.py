@@ -24,8 +24,6 @@ from typing import Any, ClassVar
 import agentdescent_core.sandbox.journal as journal
 from agentdescent_core.errors import AgentDescentError
 
-__all__ = ["SqliteFile"]
-
 
 class SqliteFile:
     """Base class: set ``label`` ("the run store") and ``error``; call :meth:`_open` in __init__.

@@ -21,18 +21,6 @@ from typing import Protocol, runtime_checkable
 
 from agentdescent_core.governance import Layer, classify
 
-__all__ = [
-    "DEFAULT_STALENESS_POLICY",
-    "STALENESS_POLICIES",
-    "Full",
-    "Guarded",
-    "Reflective",
-    "StalenessAction",
-    "StalenessPolicy",
-    "alpha_for",
-    "get_policy",
-]
-
 
 class StalenessAction(str, enum.Enum):
     """What the aggregator does with one card."""

@@ -13,8 +13,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-__all__ = ["Task", "as_tasks"]
-
 
 @dataclass(frozen=True)
 class Task:

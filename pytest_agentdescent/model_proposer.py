@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from agentdescent_core.loop.result import RoundInfo
     from agentdescent_core.proposers.guardrails import Guardrails
     from agentdescent_core.proposers.llm_cache import LLMCache
-    from agentdescent_core.proposers.models import Completion, ModelClient
+    from agentdescent_core.proposers.models import ModelAnswer, ModelClient
 
 PLUGIN_NAME = "agentdescent-model"
 
@@ -192,7 +192,7 @@ class ModelProposer:
 
     # ---------------------------------------------------------------- calls and money
 
-    def _complete(self, system: str, user: str) -> Completion:
+    def _complete(self, system: str, user: str) -> ModelAnswer:
         from agentdescent_core.proposers.llm_cache import LLMCacheMiss
 
         try:

@@ -137,7 +137,7 @@ class EvolveSession:
         from agentdescent_core.evaluation.cache import EvalCache, EvalCacheError
         from agentdescent_core.ledger.base import head_name
         from agentdescent_core.proposers.guardrails import Guardrails
-        from agentdescent_core.sandbox.select import describe
+        from agentdescent_core.sandbox.select import describe_backend
         from pytest_agentdescent.proposer import hook_implementations, missing_proposer_message
 
         settings = self.settings
@@ -184,7 +184,7 @@ class EvolveSession:
             self._out.sep(_TITLE)
             self._proposer = _proposer_line(implementations, self._model)
             self._out.lines(header_lines(
-                plan, files=len(initial), sandbox=describe(backend, settings.network),
+                plan, files=len(initial), sandbox=describe_backend(backend, settings.network),
                 proposer=self._proposer,
                 base=head_name(plan.layout.root, base), ledger=ledger_line,
             ))

@@ -10,15 +10,15 @@ import functools
 
 import pytest
 
-from agentdescent_core.agents import (
+from agentdescent_core.artifacts.strategies import AppendRules
+from agentdescent_core.errors import ContractError
+from agentdescent_core.proposers.agent import (
     LLMAgent,
     build_reflection_prompt,
     from_callable,
     parse_rule,
     reflector,
 )
-from agentdescent_core.artifacts.strategies import AppendRules
-from agentdescent_core.errors import ContractError
 from agentdescent_core.tasks import Task
 
 

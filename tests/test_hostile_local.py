@@ -56,7 +56,7 @@ from agentdescent_core.sandbox.exposure import exposed_secrets
 from agentdescent_core.sandbox.guard import RepoGuard, TamperError
 from agentdescent_core.sandbox.local import SandboxSetupError, StrayProcessesWarning
 from agentdescent_core.sandbox.reaper import start_ticks, sweep
-from agentdescent_core.sandbox.select import AUTO_ORDER, describe, get_backend
+from agentdescent_core.sandbox.select import AUTO_ORDER, describe_backend, get_backend
 from agentdescent_core.sandbox.spec import Limits, RunSpec
 from agentdescent_core.sandbox.workspace import Workspace, dirty_paths
 
@@ -122,7 +122,7 @@ def test_auto_never_picks_local_while_an_isolating_backend_works() -> None:
     if not working:
         require_backend("bwrap")  # fails under CI, skips elsewhere
     assert get_backend("auto").name == working[0]
-    line = describe(get_backend("local"), network="default")
+    line = describe_backend(get_backend("local"), network="default")
     assert line.startswith("sandbox: local (NOT a security boundary")
 
 

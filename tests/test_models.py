@@ -422,7 +422,7 @@ def test_from_callable_failures_are_backend_errors():
         ModelClient.from_callable(lambda p: 3).complete("s", "u")  # type: ignore[arg-type,return-value]
 
 
-def test_as_completion_plugs_into_the_agents_api(anthropic_server):
+def test_as_completion_plugs_into_the_llm_agent_api(anthropic_server):
     anthropic_server.script(["reply"])
     client = ModelClient(ModelSpec("anthropic", "claude-haiku-4-5"))
     completion = client.as_completion(system="be brief")

@@ -15,7 +15,7 @@ from agentdescent_core.sandbox.env import (
     is_never_passed,
 )
 from agentdescent_core.sandbox.interpreter import interpreter_paths, minimal_paths
-from agentdescent_core.sandbox.select import describe, get_backend
+from agentdescent_core.sandbox.select import describe_backend, get_backend
 from agentdescent_core.sandbox.spec import BACKEND_NAMES, Backend
 
 HOST = {
@@ -190,17 +190,17 @@ def test_auto_picks_the_strongest_usable_backend() -> None:
         assert get_backend(stronger).unavailable_reason() is not None
 
 
-def test_describe_is_one_line_naming_backend_and_network() -> None:
-    line = describe(get_backend("local"), network="default")
+def test_describe_backend_is_one_line_naming_backend_and_network() -> None:
+    line = describe_backend(get_backend("local"), network="default")
     assert line.startswith("sandbox: local (")
     assert "no file-system isolation" in line
     assert "network default" in line
     assert "\n" not in line
 
 
-def test_describe_says_when_a_backend_is_not_usable() -> None:
+def test_describe_backend_says_when_a_backend_is_not_usable() -> None:
     backend = get_backend("docker", image="agentdescent-test/never-present:0")
     reason = backend.unavailable_reason()
     assert reason is not None
     assert "never pulled" in reason or "docker daemon" in reason
-    assert "NOT USABLE" in describe(backend)
+    assert "NOT USABLE" in describe_backend(backend)

@@ -34,8 +34,6 @@ from agentdescent_core.ledger.ledger import PromoteResult
 from agentdescent_core.staleness import StalenessPolicy, get_policy
 from agentdescent_core.stats.policies import AcceptancePolicy, policy_for
 
-__all__ = ["Aggregator", "AggregatorProtocol"]
-
 Oracle = Callable[[Mapping[str, str]], float]
 
 

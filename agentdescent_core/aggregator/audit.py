@@ -21,8 +21,6 @@ from dataclasses import dataclass, field
 
 from agentdescent_core.governance import Layer, classify
 
-__all__ = ["AuditDecision", "AuditScheduler"]
-
 
 @dataclass(frozen=True)
 class AuditDecision:

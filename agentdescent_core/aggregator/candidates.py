@@ -18,8 +18,6 @@ from agentdescent_core.artifacts.diff import apply_ops, diff_id_for
 from agentdescent_core.artifacts.merge3 import Merge3Error, merge3
 from agentdescent_core.evidence import EvidenceCard
 
-__all__ = ["Candidate", "combine_ops", "merge_value", "rebase_ops"]
-
 Ops = dict[str, str | None]
 
 

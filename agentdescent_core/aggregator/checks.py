@@ -20,9 +20,6 @@ from agentdescent_core.evidence import EvidenceCard, MergeOutcome
 from agentdescent_core.stats.policies import AcceptancePolicy, Sequential
 from agentdescent_core.stats.samples import PASS_THRESHOLD, AcceptanceDecision, TaskSamples
 
-__all__ = ["GuardRegression", "PairRun", "Refusal", "accept", "check_ops", "guard_regressions",
-           "run_acceptance", "run_pairs", "validate_card"]
-
 #: Upper bound on sequential looks, so a policy that keeps asking cannot loop forever.
 MAX_LOOKS = 16
 

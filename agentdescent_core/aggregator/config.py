@@ -11,8 +11,6 @@ from agentdescent_core.stats.policies import (
     baseline_repeats,
 )
 
-__all__ = ["TOURNAMENTS", "AggregatorConfig"]
-
 TOURNAMENTS: tuple[str, ...] = ("full", "union-first")
 
 

@@ -15,8 +15,6 @@ from dataclasses import dataclass
 
 from agentdescent_core.aggregator.candidates import Candidate, combine_ops
 
-__all__ = ["Dropped", "dedupe", "resolve_conflicts"]
-
 Score = Callable[[Candidate, tuple[str, ...]], float]
 """(candidate, tasks) -> the candidate's reward on those tasks."""
 

@@ -12,8 +12,6 @@ from collections.abc import Callable, Mapping, Sequence
 
 from agentdescent_core.aggregator.candidates import Candidate, combine_ops
 
-__all__ = ["fuse", "tournament"]
-
 
 def fuse(candidates: Sequence[Candidate], head: Mapping[str, str], *, textual: bool
          ) -> Candidate | None:

@@ -34,8 +34,6 @@ from agentdescent_core.stats.samples import AcceptanceDecision
 if TYPE_CHECKING:
     from agentdescent_core.aggregator.aggregator import Aggregator
 
-__all__ = ["Firing"]
-
 
 class _Accepted:
     """The acceptance verdict, and the smaller candidate to commit instead, if any."""

@@ -18,8 +18,6 @@ from agentdescent_core.governance import check_artifact_id, classify
 from agentdescent_core.ledger.ledger import CommitResult, Ledger, PromoteResult
 from agentdescent_core.ledger.message import Evidence
 
-__all__ = ["ArtifactStore"]
-
 _CACHED_STATES = 8
 
 

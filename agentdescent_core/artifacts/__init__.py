@@ -1,4 +1,8 @@
-"""Artifacts: what evolves, as a flat {key: text} state, and how proposals become Diffs."""
+"""Artifacts: what evolves, as a flat {key: text} state, and how proposals become Diffs.
+
+``FrozenSet`` (from :mod:`agentdescent_core.governance`) is named here too: it
+is what a :class:`FileTree` is given to say which files may not evolve.
+"""
 
 from __future__ import annotations
 
@@ -17,12 +21,14 @@ from agentdescent_core.artifacts.strategies import (
     Strategy,
     rule_key,
 )
+from agentdescent_core.governance import FrozenSet
 
 __all__ = [
     "AppendRules",
     "Diff",
     "FileTree",
     "FileTreeLimits",
+    "FrozenSet",
     "KeyedRules",
     "SingleSlot",
     "Strategy",

@@ -8,8 +8,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-__all__ = ["Diff", "apply_ops", "diff_id_for"]
-
 
 def diff_id_for(target: str, ops: Mapping[str, str | None]) -> str:
     """Content address of a change: same target and same ops give the same id.

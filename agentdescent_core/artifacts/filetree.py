@@ -50,16 +50,6 @@ from agentdescent_core.governance import FrozenSet
 if TYPE_CHECKING:
     import git
 
-__all__ = [
-    "IGNORED_NAMES",
-    "IGNORED_SUFFIXES",
-    "FileTree",
-    "FileTreeLimits",
-    "TrustRegion",
-    "render_tree",
-    "state_hash",
-]
-
 IGNORED_NAMES: frozenset[str] = frozenset(
     {"__pycache__", ".DS_Store", ".pytest_cache", ".mypy_cache", ".ruff_cache", "Thumbs.db"}
 )

@@ -21,8 +21,6 @@ from dataclasses import dataclass
 
 import git
 
-__all__ = ["Merge3Error", "Merge3Result", "merge3"]
-
 #: ``git merge-file`` exits with the number of conflicts, capped at 127; larger or
 #: negative values (as an unsigned byte: >= 128) mean it could not merge at all.
 _MAX_CONFLICT_EXIT = 127

@@ -25,21 +25,6 @@ from collections.abc import Iterable
 
 from agentdescent_core.errors import RefusalError
 
-__all__ = [
-    "EXECUTABLE_CONFIG_NAMES",
-    "MAX_NAME_BYTES",
-    "MAX_PATH_BYTES",
-    "case_collision",
-    "check_not_executable_config",
-    "is_executable_config",
-    "is_inside",
-    "normalise_path",
-    "normalise_root",
-    "refuse",
-    "shown_path",
-    "validate_file_path",
-]
-
 EXECUTABLE_CONFIG_NAMES: frozenset[str] = frozenset(
     {
         "conftest.py",

@@ -25,16 +25,6 @@ from typing import Any, Protocol, runtime_checkable
 from agentdescent_core.artifacts.diff import Diff
 from agentdescent_core.errors import RefusalError
 
-__all__ = [
-    "SLOT_KEY",
-    "AppendRules",
-    "KeyedRules",
-    "SingleSlot",
-    "Strategy",
-    "canonical_rule",
-    "rule_key",
-]
-
 SLOT_KEY = "value"
 """The only state key of a ``SingleSlot`` artifact."""
 

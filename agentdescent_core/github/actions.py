@@ -18,8 +18,6 @@ from collections.abc import Mapping
 
 from agentdescent_core.github.errors import GitHubError
 
-__all__ = ["append_step_summary", "set_outputs"]
-
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
 

@@ -26,8 +26,6 @@ import httpx2
 
 from agentdescent_core.github.errors import GitHubError, scrub
 
-__all__ = ["API_VERSION", "DEFAULT_API_URL", "GitHubClient"]
-
 DEFAULT_API_URL = "https://api.github.com"
 API_VERSION = "2022-11-28"
 _ACTIONS_MAY_NOT = "not permitted to create or approve pull requests"

@@ -29,8 +29,6 @@ from agentdescent_core.ledger.message import VersionRecord
 from agentdescent_core.markdown import cell, code, line_chart, num, number_or_none, sha, table
 from agentdescent_core.redact import redact
 
-__all__ = ["DEFAULT_LIMIT", "PR_MARKER", "render_pr_body", "version_entry"]
-
 PR_MARKER = "<!-- agentdescent:pull-request -->"
 #: GitHub's limit is 65 536 characters; leave room for what GitHub adds.
 DEFAULT_LIMIT = 65_000

@@ -1,29 +1,13 @@
-"""The one exception of the GitHub layer.
+"""The GitHub layer's exception and the scrubbing of secrets out of its messages.
 
-Kept in its own module so the git side (:mod:`.remote`) and the HTTP side
-(:mod:`.api`) can both raise it without importing each other.
+:class:`GitHubError` is defined in :mod:`agentdescent_core.errors` with the
+engine's other exceptions and imported here, so the git side (:mod:`.remote`)
+and the HTTP side (:mod:`.api`) can both raise it without importing each other.
 """
 
 from __future__ import annotations
 
-from agentdescent_core.errors import AgentDescentError
-
-__all__ = ["GitHubError", "scrub"]
-
-
-class GitHubError(AgentDescentError):
-    """Publishing to GitHub failed; the message says what to fix.
-
-    ``status`` is the HTTP status when the API answered (None for git and
-    configuration problems).  Messages never contain the token: every one is
-    built by this package and passed through :func:`scrub`, and API errors are
-    raised outside the ``except`` block so no HTTP exception (whose request
-    holds the ``Authorization`` header) hangs off ``__context__``.
-    """
-
-    def __init__(self, message: str, *, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
+from agentdescent_core.errors import GitHubError as GitHubError
 
 
 def scrub(text: str, *secrets: str | None) -> str:

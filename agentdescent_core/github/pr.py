@@ -41,8 +41,6 @@ from agentdescent_core.ledger.ledger import validate_prefix
 from agentdescent_core.ledger.message import VersionRecord, parse_message
 from agentdescent_core.markdown import number_or_none
 
-__all__ = ["PullRequestOutcome", "publish_pull_request"]
-
 
 @dataclass(frozen=True)
 class PullRequestOutcome:

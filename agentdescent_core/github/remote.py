@@ -34,15 +34,6 @@ import git
 
 from agentdescent_core.github.errors import GitHubError
 
-__all__ = [
-    "GitRemote",
-    "check_remote_known",
-    "display_url",
-    "full_ref",
-    "parse_repository",
-    "push_branches",
-]
-
 _OVERRIDES = (
     ("core.hooksPath", os.devnull),
     ("gc.auto", "0"),

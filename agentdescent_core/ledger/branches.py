@@ -30,8 +30,6 @@ from agentdescent_core.ledger.carry import CarryConflict, carry_commit
 from agentdescent_core.ledger.message import BASE, parse_message
 from agentdescent_core.ledger.plumbing import GitRepo, RefUpdate
 
-__all__ = ["BranchesResult", "ensure_once", "history_base", "version_of"]
-
 
 @dataclass(frozen=True)
 class BranchesResult:

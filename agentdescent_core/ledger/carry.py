@@ -37,8 +37,6 @@ from agentdescent_core.errors import LedgerError
 from agentdescent_core.ledger.message import carry_message
 from agentdescent_core.ledger.plumbing import GitRepo
 
-__all__ = ["CarryConflict", "CarryOutcome", "CarryPlan", "carry_commit", "plan_carry"]
-
 
 @dataclass(frozen=True)
 class CarryConflict:

@@ -50,16 +50,6 @@ import os
 import subprocess
 from collections.abc import Mapping, Sequence
 
-__all__ = [
-    "DEFAULT_IDENTITY",
-    "config_overrides",
-    "configured_filters",
-    "isolated_env",
-    "objects_only_env",
-    "validate_identity",
-    "with_neutral_filters",
-]
-
 DEFAULT_IDENTITY: tuple[str, str] = ("agentdescent", "agentdescent@users.noreply.github.com")
 
 #: Inherited variables that would point git at other object stores or namespaces;

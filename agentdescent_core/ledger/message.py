@@ -40,15 +40,6 @@ from agentdescent_core.artifacts.diff import Diff
 from agentdescent_core.errors import LedgerError
 from agentdescent_core.redact import redact
 
-__all__ = [
-    "Evidence",
-    "ParsedMessage",
-    "VersionRecord",
-    "carry_message",
-    "commit_message",
-    "parse_message",
-]
-
 SUBJECT_PREFIX = "agentdescent:"
 VERSION = "Agentdescent-Version"
 BASE = "Agentdescent-Base"

@@ -39,8 +39,6 @@ from gitdb import IStream, LooseObjectDB
 
 from agentdescent_core.errors import RefusalError
 
-__all__ = ["apply_ops_to_tree", "write_commit"]
-
 MODE_TREE = 0o40000
 MODE_FILE = 0o100644
 MODE_EXEC = 0o100755

@@ -50,14 +50,13 @@ import git
 from git.exc import GitCommandError, InvalidGitRepositoryError, NoSuchPathError
 
 from agentdescent_core.errors import LedgerError
+from agentdescent_core.errors import RefUpdateFailed as RefUpdateFailed
 from agentdescent_core.ledger.gitenv import (
     DEFAULT_IDENTITY,
     isolated_env,
     validate_identity,
 )
 from agentdescent_core.ledger.objects import apply_ops_to_tree, write_commit
-
-__all__ = ["GitRepo", "RefUpdate", "RefUpdateFailed"]
 
 _LOCK_RE = re.compile(r"Unable to create '([^']+\.lock)': File exists")
 _CLASH_RE = re.compile(r"'([^']+)' exists; cannot create '([^']+)'")
@@ -70,20 +69,6 @@ class RefUpdate:
     ref: str
     new: str
     old: str | None
-
-
-class RefUpdateFailed(LedgerError):
-    """A ref transaction did not apply; ``kind`` says why.
-
-    ``race``: a ref was no longer at its expected value (someone else moved it);
-    ``lock``: a ``.lock`` file is held (``lock_path``); ``other``: anything else,
-    with git's message.
-    """
-
-    def __init__(self, kind: str, message: str, lock_path: str | None = None) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.lock_path = lock_path
 
 
 class GitRepo:

@@ -25,8 +25,6 @@ from agentdescent_core.ledger.branches import BranchesResult
 from agentdescent_core.ledger.ledger import Ledger
 from agentdescent_core.ledger.plumbing import RefUpdate
 
-__all__ = ["SCRATCH_BASE_BRANCH", "ScratchLedger"]
-
 SCRATCH_BASE_BRANCH = "main"
 
 

@@ -13,16 +13,8 @@ from __future__ import annotations
 import threading
 import time
 
-from agentdescent_core.errors import AgentDescentError
+from agentdescent_core.errors import BudgetExhausted as BudgetExhausted
 from agentdescent_core.stops import StopReason
-
-
-class BudgetExhausted(AgentDescentError):
-    """The run's ``max_calls`` budget is spent; ``reason`` is the stop reason."""
-
-    def __init__(self, reason: StopReason, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 class Budget:

@@ -40,11 +40,11 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
-from agentdescent_core.errors import AgentDescentError
+from agentdescent_core.errors import LeaseHeld as LeaseHeld
+from agentdescent_core.errors import RunStoreError as RunStoreError
+from agentdescent_core.errors import UnknownRunError as UnknownRunError
 from agentdescent_core.sqlite_file import SqliteFile
 
 #: Every status a run can have, in the order a run normally goes through them.
@@ -84,48 +84,6 @@ CREATE TABLE IF NOT EXISTS leases (
 # The columns _run and _event read, in their order.
 _RUN_COLUMNS = "run_id, key, status, created_at, updated_at, config, result"
 _EVENT_COLUMNS = "run_id, seq, key, kind, payload, created_at"
-
-
-class RunStoreError(AgentDescentError):
-    """The run store cannot do what was asked (unusable file, bad status, closed)."""
-
-
-class UnknownRunError(RunStoreError, KeyError):
-    """No run has the id asked for."""
-
-    def __init__(self, run_id: str, path: Path) -> None:
-        super().__init__(
-            f"no run {run_id!r} in the run store {path}; list the runs with "
-            "`agentdescent report` and pass one of their ids"
-        )
-        self.run_id = run_id
-
-    def __str__(self) -> str:  # KeyError would print the message quoted
-        return str(self.args[0])
-
-
-class LeaseHeld(AgentDescentError):
-    """Another live holder has the lease.
-
-    ``name``, ``holder`` and ``expires_at`` (unix seconds) say who and until
-    when; the message says it too, with the expiry as an ISO time and as
-    "in N s".
-    """
-
-    def __init__(self, name: str, holder: str, expires_at: float, *, now: float | None = None,
-                 lost: bool = False) -> None:
-        remaining = max(0, round(expires_at - (time.time() if now is None else now)))
-        when = datetime.fromtimestamp(expires_at, tz=timezone.utc).isoformat(timespec="seconds")
-        head = (f"the lease {name!r} was lost: it is now held by {holder!r}" if lost
-                else f"the lease {name!r} is held by {holder!r}")
-        super().__init__(
-            f"{head} until {when} (expires in {remaining} s); wait for that worker to "
-            "finish or for the lease to expire, or stop that worker — if it is known to be "
-            "dead, break the lease"
-        )
-        self.name = name
-        self.holder = holder
-        self.expires_at = expires_at
 
 
 @dataclass(frozen=True)

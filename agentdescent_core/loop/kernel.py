@@ -46,6 +46,7 @@ from typing import Any
 
 from agentdescent_core.decisions import DecisionLog
 from agentdescent_core.errors import AgentDescentError
+from agentdescent_core.errors import RetryableStepError as RetryableStepError
 
 # A step takes a LoopContext and returns a LoopObservation: they are the kernel's
 # contract, so they are named here too (defined with the decision rules).
@@ -68,10 +69,6 @@ Effect = Callable[[LoopContext, LoopObservation], object]
 
 _STATUS_OF_STOP: dict[str, str] = {StopReason.ERROR: "failed", StopReason.CONFIG: "failed",
                    StopReason.CANCELLED: "cancelled", StopReason.KILL_SWITCH: "cancelled"}
-
-
-class RetryableStepError(AgentDescentError):
-    """Raised by a step (or apply) for a transient failure: the generation is tried again."""
 
 
 @dataclass(frozen=True)

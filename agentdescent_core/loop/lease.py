@@ -17,13 +17,10 @@ import time
 import uuid
 
 from agentdescent_core.errors import AgentDescentError
+from agentdescent_core.errors import RunRefused as RunRefused
 from agentdescent_core.loop.durable import LeaseHeld, SqliteRunStore, holder_alive, holder_id
 
 REPOSITORY_LEASE = "repository"
-
-
-class RunRefused(AgentDescentError):
-    """Another live run holds the repository; the message names it and its lease expiry."""
 
 
 def holder_name() -> str:

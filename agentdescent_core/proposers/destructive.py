@@ -27,8 +27,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-__all__ = ["scan_destructive"]
-
 _SYSTEM_DIRS = (
     "bin", "boot", "dev", "etc", "home", "lib", "lib32", "lib64", "opt", "proc", "root",
     "sbin", "srv", "sys", "usr", "var", "System", "Users", "Library", "Applications",

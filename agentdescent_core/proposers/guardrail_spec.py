@@ -12,8 +12,6 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["SCRIPT_POLICIES", "GuardrailSpec", "ScriptPolicy", "parse_guardrails"]
-
 SCRIPT_POLICIES: tuple[str, ...] = ("warn", "reject")
 ScriptPolicy = Literal["warn", "reject"]
 

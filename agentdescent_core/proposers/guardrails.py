@@ -48,23 +48,10 @@ from typing import Literal
 
 from agentdescent_core.errors import RefusalError, RunStopped
 from agentdescent_core.proposers.destructive import scan_destructive
-from agentdescent_core.proposers.guardrail_spec import (
-    SCRIPT_POLICIES,
-    GuardrailSpec,
-    ScriptPolicy,
-    parse_guardrails,
-)
-
-__all__ = [
-    "SCRIPT_POLICIES",
-    "SECRET_ENV_NAME",
-    "Finding",
-    "GuardrailSpec",
-    "Guardrails",
-    "GuardrailsTripped",
-    "parse_guardrails",
-    "scan_ops",
-]
+from agentdescent_core.proposers.guardrail_spec import SCRIPT_POLICIES as SCRIPT_POLICIES
+from agentdescent_core.proposers.guardrail_spec import GuardrailSpec as GuardrailSpec
+from agentdescent_core.proposers.guardrail_spec import ScriptPolicy
+from agentdescent_core.proposers.guardrail_spec import parse_guardrails as parse_guardrails
 
 FindingKind = Literal["secret", "pii", "script", "destructive", "size"]
 

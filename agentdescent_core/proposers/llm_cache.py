@@ -28,23 +28,12 @@ from pathlib import Path
 from typing import Literal
 
 from agentdescent_core.errors import BackendError
-
-__all__ = ["CacheMode", "CachedAnswer", "LLMCache", "LLMCacheMiss", "request_key"]
+from agentdescent_core.errors import LLMCacheMiss as LLMCacheMiss
 
 CacheMode = Literal["record", "replay", "off"]
 _MODES: tuple[str, ...] = ("record", "replay", "off")
 _SCHEMA_VERSION = 1
 _RERECORD = "re-record with --evolve-llm-cache record (this calls the model and pays for it)"
-
-
-class LLMCacheMiss(BackendError):
-    """Replay was asked for a model request that was never recorded."""
-
-    def __init__(self, key: str, occurrence: int, path: str, message: str) -> None:
-        super().__init__(message)
-        self.key = key
-        self.occurrence = occurrence
-        self.path = path
 
 
 @dataclass(frozen=True)

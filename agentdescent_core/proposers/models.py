@@ -30,18 +30,9 @@ import anthropic
 import openai
 
 from agentdescent_core.errors import BackendError
+from agentdescent_core.errors import ModelBackendError as ModelBackendError
 from agentdescent_core.proposers.llm_cache import CachedAnswer, LLMCache, request_key
 from agentdescent_core.proposers.pricing import PriceTable
-
-__all__ = [
-    "Completion",
-    "ModelBackendError",
-    "ModelClient",
-    "ModelSpec",
-    "Usage",
-    "missing_key",
-    "parse_model_spec",
-]
 
 Provider = Literal["anthropic", "openai", "callable"]
 _PROVIDERS = ("anthropic", "openai")
@@ -112,26 +103,19 @@ class Usage:
 
 
 @dataclass(frozen=True)
-class Completion:
-    """One model answer: its text, usage, the model that answered, its price."""
+class ModelAnswer:
+    """One model answer: its text, usage, the model that answered, its price.
+
+    What :meth:`ModelClient.complete` returns.  Not to be confused with a
+    *completion* (:data:`agentdescent_core.proposers.Completion`), which is the
+    ``prompt -> text`` callable the engine's LLM agent is built on.
+    """
 
     text: str
     usage: Usage
     model: str
     cost_usd: float | None
     cached: bool = False  # replayed from the LLM cache (nothing was paid for it)
-
-
-class ModelBackendError(BackendError):
-    """A model call failed for good (after the SDK's retries, or not retryable).
-
-    ``status`` is the last HTTP status when the endpoint answered at all.
-    """
-
-    def __init__(self, message: str, *, endpoint: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.endpoint = endpoint
-        self.status = status
 
 
 class _Backend(Protocol):
@@ -479,7 +463,7 @@ class ModelClient:
         return self
 
     def as_completion(self, system: str = "") -> Callable[[str], str]:
-        """This client as an ``agentdescent_core.agents`` completion (prompt -> text)."""
+        """This client as a :data:`~agentdescent_core.proposers.Completion` (prompt -> text)."""
 
         def completion(prompt: str) -> str:
             return self.complete(system, prompt).text
@@ -498,7 +482,7 @@ class ModelClient:
         with self._lock:
             return self._cost
 
-    def complete(self, system: str, user: str) -> Completion:
+    def complete(self, system: str, user: str) -> ModelAnswer:
         """Ask the model; raises ModelBackendError (a BackendError) when it cannot answer.
 
         With a replay cache the answer comes from the recording (LLMCacheMiss when
@@ -538,14 +522,14 @@ class ModelClient:
             )
         return self._account(text, usage, model, cached=False)
 
-    def _account(self, text: str, usage: Usage, model: str, *, cached: bool) -> Completion:
+    def _account(self, text: str, usage: Usage, model: str, *, cached: bool) -> ModelAnswer:
         cost = self.prices.cost(self.spec.model, usage)
         with self._lock:
             self.calls += 1
             self.cache_hits += int(cached)
             self.usage = self.usage + usage
             self._cost += cost or 0.0
-        return Completion(text=text, usage=usage, model=model, cost_usd=cost, cached=cached)
+        return ModelAnswer(text=text, usage=usage, model=model, cost_usd=cost, cached=cached)
 
     def _record_failure(self, exc: BaseException) -> None:
         with self._lock:

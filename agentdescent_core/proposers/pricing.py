@@ -20,8 +20,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from agentdescent_core.proposers.models import Usage
 
-__all__ = ["DEFAULT_PRICES", "Price", "PriceTable", "parse_price_lines"]
-
 
 @dataclass(frozen=True)
 class Price:

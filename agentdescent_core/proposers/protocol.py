@@ -23,8 +23,6 @@ from typing import Any
 from agentdescent_core.artifacts.paths import normalise_path
 from agentdescent_core.errors import RefusalError
 
-__all__ = ["EXPECTED_SHAPE", "EditProposal", "parse_edit_answer"]
-
 EXPECTED_SHAPE = (
     '{"rationale": "<why this change helps>", "edits": ['
     '{"path": "<file>", "content": "<full new text>"} | '

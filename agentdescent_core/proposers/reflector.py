@@ -28,18 +28,6 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path, PurePosixPath
 
-__all__ = [
-    "DEFAULT_BUDGET",
-    "PLACEHOLDERS",
-    "FailureInfo",
-    "PromptInputs",
-    "PromptTemplates",
-    "RejectedProposal",
-    "build_prompt",
-    "load_templates",
-    "order_files",
-]
-
 #: Characters of the whole prompt (system + user): about 15k tokens.
 DEFAULT_BUDGET = 60_000
 

@@ -67,8 +67,6 @@ from agentdescent_core.sandbox.local import (
 )
 from agentdescent_core.sandbox.spec import RunResult, RunSpec
 
-__all__ = ["PRIVATE_TMPFS", "BwrapBackend"]
-
 PRIVATE_TMPFS: tuple[str, ...] = ("/tmp", "/dev/shm")
 """The sandbox's own writable tmpfs mounts (their use is memory of the run)."""
 

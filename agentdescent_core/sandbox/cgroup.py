@@ -48,8 +48,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["RunCgroup", "cgroup_mode", "open_cgroup"]
-
 _MIB = 1024 * 1024
 _PREFIX = "agentdescent-"
 _counter = itertools.count()

@@ -55,8 +55,6 @@ from agentdescent_core.sandbox.local import (
 )
 from agentdescent_core.sandbox.spec import RunResult, RunSpec
 
-__all__ = ["EMPTY_IMAGE", "SYSTEM_DIRS", "SYSTEM_ETC", "DockerBackend"]
-
 EMPTY_IMAGE = "agentdescent-empty:1"
 """Tag of the empty-root image the backend imports when no image is given."""
 

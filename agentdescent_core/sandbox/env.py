@@ -13,8 +13,6 @@ import fnmatch
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["DEFAULT_ENV_ALLOWLIST", "NEVER_PASSED", "child_environment", "is_never_passed"]
-
 DEFAULT_ENV_ALLOWLIST: tuple[str, ...] = (
     "PATH",
     "LANG",

@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from agentdescent_core.sandbox.env import is_never_passed
 from agentdescent_core.sandbox.reaper import ancestors
 
-__all__ = ["Exposure", "exposed_secrets", "refuse_exposed_secrets"]
-
 
 @dataclass(frozen=True)
 class Exposure:

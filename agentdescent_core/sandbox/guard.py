@@ -50,9 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import agentdescent_core.sandbox.journal as journal
-from agentdescent_core.errors import LedgerError
-
-__all__ = ["RepoGuard", "TamperError", "find_git_dirs"]
+from agentdescent_core.errors import TamperError as TamperError
 
 #: Entries of the common git directory that change what git (or the user's next
 #: command) does; the object database and reflogs are not among them.
@@ -63,19 +61,6 @@ _WORKTREE_WATCHED = ("HEAD", "config.worktree")
 #: SQLite files in the state directory that are not written through the journal.
 _UNJOURNALED = ("llm-cache",)
 _SHOWN = 8
-
-
-class TamperError(LedgerError):
-    """A candidate's run changed the user's ``.git`` or the state directory; the run stops.
-
-    ``category`` is ``tamper``; ``changes`` lists what changed (already restored).
-    """
-
-    category = "tamper"
-
-    def __init__(self, message: str, changes: list[str]) -> None:
-        super().__init__(message)
-        self.changes = changes
 
 
 @dataclass(frozen=True)

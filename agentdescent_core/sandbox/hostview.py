@@ -16,14 +16,6 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-__all__ = [
-    "DAEMON_SOCKETS",
-    "ETC_MASKED",
-    "SYSTEM_TOP_DIRS",
-    "daemon_sockets",
-    "refuse_daemon_sockets",
-]
-
 SYSTEM_TOP_DIRS: tuple[str, ...] = (
     "/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32",
 )  # fmt: skip

@@ -14,8 +14,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["interpreter_paths", "minimal_paths", "package_root"]
-
 
 def package_root(module_name: str) -> Path | None:
     """The directory holding the package ``module_name`` (its ``sys.path`` entry), or None."""

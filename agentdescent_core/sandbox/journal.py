@@ -32,17 +32,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-__all__ = [
-    "LOCK",
-    "RefMove",
-    "file_signature",
-    "moves_since",
-    "refs_moved",
-    "signature_left",
-    "unexplained",
-    "writing",
-]
-
 LOCK = threading.RLock()
 """Held by every recorded write and by the guard while it checks."""
 

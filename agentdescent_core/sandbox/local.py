@@ -48,22 +48,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-from agentdescent_core.errors import BackendError
+from agentdescent_core.errors import SandboxSetupError as SandboxSetupError
 from agentdescent_core.sandbox.memwatch import MemoryGuard
 from agentdescent_core.sandbox.reaper import live_pids, start_ticks, sweep, tree_members
 from agentdescent_core.sandbox.spec import Limits, RunResult, RunSpec
-
-__all__ = [
-    "OUTPUT_LIMIT_BYTES",
-    "WATCH_INTERVAL",
-    "LocalBackend",
-    "ProbedOnce",
-    "SandboxSetupError",
-    "StrayProcessesWarning",
-    "read_output",
-    "require_workspace",
-    "run_supervised",
-]
 
 OUTPUT_LIMIT_BYTES = 512_000
 """Captured stdout / stderr beyond this many bytes keep their head and tail only."""
@@ -73,10 +61,6 @@ WATCH_INTERVAL = 0.05
 
 _MIB = 1024 * 1024
 _KILL_ROUNDS = 50
-
-
-class SandboxSetupError(BackendError):
-    """The sandbox cannot run this spec here (a missing tool, an unsupported request)."""
 
 
 class StrayProcessesWarning(UserWarning):

@@ -37,8 +37,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from agentdescent_core.sandbox.cgroup import RunCgroup, cgroup_mode, open_cgroup
 from agentdescent_core.sandbox.spec import Limits
 
-__all__ = ["TASK_BACKSTOP_FACTOR", "MemoryGuard", "guard_mechanism", "tree_memory_bytes"]
-
 TASK_BACKSTOP_FACTOR = 4
 """The cgroup's task ceiling is this many times ``max_processes`` (plus a margin):
 it counts threads, so it sits well above the process watch's ceiling."""

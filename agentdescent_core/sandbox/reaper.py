@@ -34,17 +34,6 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-__all__ = [
-    "ProcStat",
-    "ancestors",
-    "live_pids",
-    "proc_stat",
-    "read_proc",
-    "start_ticks",
-    "sweep",
-    "tree_members",
-]
-
 _ROUNDS = 20
 
 

@@ -11,8 +11,6 @@ import threading
 
 from agentdescent_core.sandbox.spec import BACKEND_NAMES, Backend
 
-__all__ = ["AUTO_ORDER", "describe", "get_backend"]
-
 AUTO_ORDER: tuple[str, ...] = ("docker", "bwrap", "local")
 """Strongest first: ``auto`` takes the first of these that works on this machine."""
 
@@ -75,7 +73,7 @@ _SUMMARY = {
 }
 
 
-def describe(backend: Backend, network: str | None = None) -> str:
+def describe_backend(backend: Backend, network: str | None = None) -> str:
     """One line for the run header, e.g. ``sandbox: bwrap (namespaces; ..., network none)``."""
     summary = _SUMMARY.get(backend.name, "custom backend")
     image = getattr(backend, "image_name", None)

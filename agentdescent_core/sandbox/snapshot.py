@@ -24,26 +24,6 @@ import shutil
 import stat
 from dataclasses import dataclass
 
-__all__ = [
-    "CACHE_DIR_NAMES",
-    "CACHE_SUFFIXES",
-    "Content",
-    "Known",
-    "Sig",
-    "content_of",
-    "digest_bytes",
-    "ensure_dirs",
-    "is_cache",
-    "kind_of",
-    "make_dir",
-    "real_parents",
-    "remove_path",
-    "remove_tree",
-    "scan",
-    "signature",
-    "write_file",
-]
-
 CACHE_DIR_NAMES: frozenset[str] = frozenset(
     {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", ".benchmarks"}
 )

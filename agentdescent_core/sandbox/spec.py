@@ -15,17 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
 
-__all__ = [
-    "BACKEND_NAMES",
-    "NETWORK_MODES",
-    "Backend",
-    "Limits",
-    "Network",
-    "RunResult",
-    "RunSpec",
-    "WorkspaceWrites",
-]
-
 Network = Literal["none", "default"]
 NETWORK_MODES: tuple[str, ...] = ("none", "default")
 BACKEND_NAMES: tuple[str, ...] = ("auto", "local", "bwrap", "docker")

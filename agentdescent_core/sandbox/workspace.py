@@ -63,7 +63,8 @@ from agentdescent_core.artifacts.paths import (
     normalise_path,
     shown_path,
 )
-from agentdescent_core.errors import AgentDescentError, RefusalError
+from agentdescent_core.errors import RefusalError
+from agentdescent_core.errors import WorkspaceError as WorkspaceError
 from agentdescent_core.governance import FrozenSet
 from agentdescent_core.ledger.gitenv import isolated_env, objects_only_env, with_neutral_filters
 from agentdescent_core.sandbox.snapshot import (
@@ -84,21 +85,6 @@ from agentdescent_core.sandbox.snapshot import (
     write_file,
 )
 from agentdescent_core.sandbox.spec import WorkspaceWrites
-
-__all__ = [
-    "IGNORED_IMPORTABLE_SUFFIXES",
-    "MAX_IGNORED_BYTES",
-    "MAX_IGNORED_FILE_BYTES",
-    "MAX_PROTECTED_FILES",
-    "VIOLATION_KINDS",
-    "FrozenCheck",
-    "ResetStats",
-    "Violation",
-    "Workspace",
-    "WorkspaceError",
-    "dirty_paths",
-    "uncommitted_changes",
-]
 
 VIOLATION_KINDS: tuple[str, ...] = ("modified", "added", "removed", "type-changed")
 
@@ -138,10 +124,6 @@ _SECRET_NAME_PARTS = ("secret", "credential", "password", "passwd", "token", "ap
 # them by themselves, so one a run creates could change how later tests are judged.
 _LOADABLE_SUFFIXES = (".py", ".pyw", ".pyi", ".so", ".pyd", ".pth", ".pyc", ".pyo")
 _PYTEST_CONFIG_NAMES = frozenset({".pytest.ini", "pytest.toml", ".pytest.toml"})
-
-
-class WorkspaceError(AgentDescentError):
-    """A workspace could not be created or restored (git failed, disk trouble)."""
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ _EXPORTS: dict[str, str] = {
     "kelly_bet": "agentdescent_core.stats.betting",
     "DEFAULT_POLICY": "agentdescent_core.stats.policies",
     "PAIRS_PER_REPEAT": "agentdescent_core.stats.policies",
-    "BettingPolicy": "agentdescent_core.stats.policies",
+    "BettingPolicy": "agentdescent_core.stats.betting",
     "Sequential": "agentdescent_core.stats.policies",
     "policy_for": "agentdescent_core.stats.policies",
     "DEFAULT_REPEATS": "agentdescent_core.stats.policies",
@@ -81,7 +81,7 @@ if TYPE_CHECKING:
         pooled_improvement,
         posterior_improvement,
     )
-    from agentdescent_core.stats.betting import BettingTest, kelly_bet
+    from agentdescent_core.stats.betting import BettingPolicy, BettingTest, kelly_bet
     from agentdescent_core.stats.permutation import (
         STATISTICS,
         PermutationResult,
@@ -95,7 +95,6 @@ if TYPE_CHECKING:
         POLICIES,
         AcceptancePolicy,
         BetaPolicy,
-        BettingPolicy,
         PairedPolicy,
         Sequential,
         baseline_repeats,

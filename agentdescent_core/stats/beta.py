@@ -23,13 +23,6 @@ from scipy import integrate, stats
 
 from agentdescent_core.stats.samples import TaskSamples, check_same_tasks
 
-__all__ = [
-    "annealed_delta",
-    "pooled_counts",
-    "pooled_improvement",
-    "posterior_improvement",
-]
-
 
 def _task_counts(samples: TaskSamples) -> tuple[np.ndarray, np.ndarray]:
     passes = np.array([math.fsum(samples.rewards[t]) for t in samples.tasks])

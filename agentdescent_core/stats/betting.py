@@ -70,13 +70,6 @@ from agentdescent_core.stats.samples import (
     flip_summary,
 )
 
-__all__ = [
-    "DEFAULT_ALPHA",
-    "BettingPolicy",
-    "BettingTest",
-    "kelly_bet",
-]
-
 DEFAULT_ALPHA = 0.035
 """The false-accept bound of the default policy: accept at wealth >= 1 / 0.035 (about 28.6)."""
 

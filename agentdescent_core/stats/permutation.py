@@ -38,13 +38,6 @@ from scipy import stats
 
 from agentdescent_core.stats.samples import TaskSamples, check_same_tasks
 
-__all__ = [
-    "STATISTICS",
-    "PermutationResult",
-    "Statistic",
-    "permutation_test",
-]
-
 Statistic = Literal["signed-square", "mean-difference"]
 STATISTICS: tuple[Statistic, ...] = ("signed-square", "mean-difference")
 

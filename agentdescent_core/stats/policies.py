@@ -31,24 +31,6 @@ from agentdescent_core.stats.samples import (
     flip_summary,
 )
 
-__all__ = [
-    "BASELINE_FACTOR",
-    "DEFAULT_LOOK_ALPHAS",
-    "DEFAULT_POLICY",
-    "DEFAULT_REPEATS",
-    "PAIRS_PER_REPEAT",
-    "POLICIES",
-    "AcceptancePolicy",
-    "BetaPolicy",
-    "BettingPolicy",
-    "PairTest",
-    "PairedPolicy",
-    "Sequential",
-    "baseline_repeats",
-    "get_acceptance_policy",
-    "policy_for",
-]
-
 DEFAULT_REPEATS = 2
 """``--evolve-repeats``.  For ``betting``: a candidate may buy up to
 :data:`PAIRS_PER_REPEAT` x this many pairs per task on average (6 by default).

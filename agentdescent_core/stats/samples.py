@@ -16,17 +16,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
-__all__ = [
-    "PASS_THRESHOLD",
-    "AcceptanceDecision",
-    "Flip",
-    "FlipKind",
-    "TaskSamples",
-    "check_same_tasks",
-    "find_flips",
-    "flip_summary",
-]
-
 PASS_THRESHOLD = 0.5
 """A task "passes" at a version when its mean reward over the repeats reaches this.
 

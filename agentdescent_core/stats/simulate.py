@@ -27,17 +27,6 @@ from agentdescent_core.stats.policies import (
 )
 from agentdescent_core.stats.samples import TaskSamples
 
-__all__ = [
-    "Scenario",
-    "ScenarioResult",
-    "deterministic_scenario",
-    "flaky_effect_scenario",
-    "flaky_null_scenario",
-    "graded_null_scenario",
-    "simulate",
-    "standard_scenarios",
-]
-
 MAX_LOOKS = 16  # a policy that keeps asking for repeats is a bug, not a scenario
 
 

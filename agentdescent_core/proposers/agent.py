@@ -5,7 +5,8 @@ with the current artifact, and ``propose(rendered, task, output, score)`` looks
 at a result and suggests a change.  Both can be plain functions; this module
 builds them from a *completion* — a callable taking a prompt and returning the
 model's text — so one adapter works for every model provider (the SDK-backed
-completions live elsewhere; here any function qualifies).
+clients are in :mod:`.models`, whose ``ModelClient.as_completion`` is one;
+here any function qualifies).
 
 * ``from_callable(fn)`` checks ``fn`` can be called with one prompt string and
   wraps it so a reply that is not text is caught as a caller bug.
@@ -27,16 +28,6 @@ from typing import Any
 
 from agentdescent_core.errors import ContractError
 from agentdescent_core.tasks import Task
-
-__all__ = [
-    "Completion",
-    "LLMAgent",
-    "Proposer",
-    "build_reflection_prompt",
-    "from_callable",
-    "parse_rule",
-    "reflector",
-]
 
 Completion = Callable[[str], str]
 """A model behind one call: the prompt text in, the reply text out."""
