@@ -1,7 +1,7 @@
 """``agentdescent review`` judges with the aggregator's own acceptance code.
 
 The review's evidence step (``reviewing._measure``) and the aggregator's
-``checks.accept`` must reach the same verdict from the same runs, for the
+``checks.run_acceptance`` must reach the same verdict from the same runs, for the
 default sequential test and for a policy of looks; the per-test table's flips
 are ``stats.find_flips``'.  ``FlakyVerifier`` is a deterministic Verifier whose
 run ``i`` of a task at a state is a seeded coin with that state's pass rate, and
@@ -21,7 +21,7 @@ import pytest
 
 import agentdescent_core.aggregator as aggregator_package
 from agentdescent_core.aggregator import AggregatorConfig
-from agentdescent_core.aggregator.checks import accept, run_acceptance
+from agentdescent_core.aggregator.checks import run_acceptance
 from agentdescent_core.evaluation.protocol import TaskSplit
 from agentdescent_core.stats import TaskSamples, find_flips, policy_for
 from pytest_agentdescent import reviewing
@@ -112,7 +112,8 @@ def test_review_reaches_the_aggregators_verdict(seed: int, acceptance: str,
     verifier = FlakyVerifier(_rates(seed), seed=seed, held_out=held)
     cfg = config(repeats=2)
     tasks = list(verifier.split.eval_tasks)
-    expected = accept(verifier, policy_for(acceptance, 2), BASE, HEAD, tasks, cfg, version=0)
+    expected = run_acceptance(verifier, policy_for(acceptance, 2), BASE, HEAD, tasks, cfg,
+                              version=0).decision
     assert result.decision == expected
     assert result.ok is expected.accept
     run = run_acceptance(FlakyVerifier(_rates(seed), seed=seed, held_out=held),

@@ -154,9 +154,9 @@ def run_acceptance(
 ) -> PairRun:
     """Run the acceptance test's sequential plan to a verdict, keeping the runs it used.
 
-    The one acceptance loop: :func:`accept` (the aggregator) returns its
-    decision, and ``agentdescent review`` calls it directly because its
-    per-test table shows the runs behind the verdict.  A :class:`Sequential`
+    The one acceptance loop: the aggregator takes its decision, and
+    ``agentdescent review`` also shows the runs behind the verdict in its
+    per-test table.  A :class:`Sequential`
     policy is fed the pairs it asks for (:func:`run_pairs`); any other gets the
     base at ``config.base_repeats``, the candidate at ``config.repeats`` and
     more candidate repeats while it asks for them, at most :data:`MAX_LOOKS`
@@ -177,21 +177,6 @@ def run_acceptance(
         decision = policy.decide(base_samples, samples, version=version)
         looks += 1
     return PairRun(decision, base_samples, samples, 0)
-
-
-def accept(
-    verifier: Verifier,
-    policy: AcceptancePolicy,
-    base: Mapping[str, str],
-    candidate: Mapping[str, str],
-    tasks: Sequence[str],
-    config: AggregatorConfig,
-    *,
-    version: int,
-) -> AcceptanceDecision:
-    """Run the acceptance test's sequential plan to a verdict (see :func:`run_acceptance`)."""
-    return run_acceptance(verifier, policy, base, candidate, tasks, config,
-                          version=version).decision
 
 
 @dataclass(frozen=True)

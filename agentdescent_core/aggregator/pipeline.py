@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 from agentdescent_core.aggregator.candidates import Candidate, rebase_ops
 from agentdescent_core.aggregator.checks import (
     PairRun,
-    accept,
     check_ops,
     guard_regressions,
+    run_acceptance,
     run_pairs,
     validate_card,
 )
@@ -306,8 +306,9 @@ class Firing:
         agg = self.agg
         policy = agg.acceptance_policy
         if not isinstance(policy, Sequential):
-            return _Accepted(accept(agg.verifier, policy, self.head, state, self.eval_tasks,
-                                    agg.config, version=self.version))
+            return _Accepted(run_acceptance(agg.verifier, policy, self.head, state,
+                                            self.eval_tasks, agg.config,
+                                            version=self.version).decision)
         paired = run_pairs(agg.verifier, policy, self.head, state, self.eval_tasks)
         if not (paired.decision.accept and winner.fused and self._parts):
             return _Accepted(paired.decision)

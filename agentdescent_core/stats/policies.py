@@ -93,7 +93,7 @@ class PairTest(Protocol):
 class Sequential(Protocol):
     """A policy that decides pair by pair, choosing where the next pairs are drawn.
 
-    ``agentdescent_core.aggregator.checks.accept`` drives it: pair ``i`` of a
+    ``agentdescent_core.aggregator.checks.run_pairs`` drives it: pair ``i`` of a
     task is the base's run ``i`` against the candidate's run ``i``, each run
     at most once per candidate, base runs shared by the candidates of one
     version (the verifier memoises them).
