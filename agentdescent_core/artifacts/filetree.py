@@ -44,6 +44,7 @@ from agentdescent_core.artifacts.paths import (
     refuse,
     validate_file_path,
 )
+from agentdescent_core.artifacts.strategies import deletes_a_key
 from agentdescent_core.errors import RefusalError
 from agentdescent_core.governance import FrozenSet
 
@@ -391,6 +392,18 @@ class FileTree:
             ops=ops, target=target, base_version=base_version, author=author,
             rationale=rationale,
         )
+
+    def breaks_contract(self, state: Mapping[str, str], diff: Diff) -> bool:
+        """True when the diff removes (or renames) a file ``state`` holds.
+
+        The contract worth protecting is a file something else reads — a guard
+        test, a script, another skill — but which files a test reads is not
+        known here, so every removal counts: the conservative choice, since a
+        removed file is what a rebase across versions cannot see breaking.  A
+        rename is a removal plus a new file.  A subclass that knows better (a
+        list of files its guards open) can narrow this by overriding it.
+        """
+        return deletes_a_key(state, diff)
 
     def _check_layout(self, ops: Mapping[str, str | None], new_state: Mapping[str, str],
                       state: Mapping[str, str]) -> None:

@@ -14,6 +14,12 @@ in parallel:
 Any object with ``initial``/``render``/``to_diff`` is a strategy (``Strategy``).
 ``to_diff`` returns None when the proposal would change nothing, so an unchanged
 artifact is never evaluated twice.
+
+A strategy may also say which diffs break the artifact's contract, with an
+optional ``breaks_contract(state, diff) -> bool`` (see :func:`contract_breaking`):
+the aggregator asks it for every card, and a contract-breaking card gets a
+staleness tolerance of 0, because rebasing it across versions that may have
+come to rely on what it removes costs more than proposing again.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from agentdescent_core.artifacts.diff import Diff
-from agentdescent_core.errors import RefusalError
+from agentdescent_core.errors import ContractError, RefusalError
 
 SLOT_KEY = "value"
 """The only state key of a ``SingleSlot`` artifact."""
@@ -31,7 +37,11 @@ SLOT_KEY = "value"
 
 @runtime_checkable
 class Strategy(Protocol):
-    """What the engine needs from an artifact representation."""
+    """What the engine needs from an artifact representation.
+
+    Optional, and so not part of this protocol: ``breaks_contract(state, diff)
+    -> bool``, asked through :func:`contract_breaking`.
+    """
 
     def initial(self) -> dict[str, str]:
         """State before any accepted change."""
@@ -51,6 +61,37 @@ class Strategy(Protocol):
     ) -> Diff | None:
         """The change ``proposal`` makes to ``state``; None when it changes nothing."""
         ...
+
+
+def deletes_a_key(state: Mapping[str, str], diff: Diff) -> bool:
+    """True when ``diff`` deletes a key that ``state`` holds (a rename deletes one too)."""
+    return any(value is None and key in state for key, value in diff.ops.items())
+
+
+def contract_breaking(strategy: object, state: Mapping[str, str], diff: Diff) -> bool:
+    """Whether ``diff``, proposed against ``state``, breaks the contract of ``strategy``'s artifact.
+
+    The aggregator calls this for every card before its staleness decision.
+    A strategy answers through its optional ``breaks_contract(state, diff)``
+    method; one without that method never breaks a contract.  Raises
+    ContractError when the method answers anything but a bool, since a
+    staleness decision cannot be taken on a guess.
+    """
+    hook = getattr(strategy, "breaks_contract", None)
+    if hook is None:
+        return False
+    if not callable(hook):
+        raise ContractError(
+            f"{type(strategy).__name__}.breaks_contract is not callable; define it as a "
+            "method breaks_contract(state, diff) -> bool, or remove it"
+        )
+    answer = hook(state, diff)
+    if not isinstance(answer, bool):
+        raise ContractError(
+            f"{type(strategy).__name__}.breaks_contract(state, diff) returned {answer!r:.80}; "
+            "it must return True or False"
+        )
+    return answer
 
 
 def _not_text(kind: str, value: object) -> RefusalError:
@@ -105,6 +146,10 @@ class SingleSlot:
         return Diff(
             ops={SLOT_KEY: proposal}, target=target, base_version=base_version, author=author
         )
+
+    def breaks_contract(self, state: Mapping[str, str], diff: Diff) -> bool:
+        """Never: a proposal only replaces the one text, so nothing it removes is relied on."""
+        return False
 
 
 def canonical_rule(text: str) -> str:
@@ -186,6 +231,10 @@ class AppendRules:
             ops=dict(sorted(ops.items())), target=target, base_version=base_version,
             author=author,
         )
+
+    def breaks_contract(self, state: Mapping[str, str], diff: Diff) -> bool:
+        """Never: a proposal only adds rules, and existing rules keep their keys."""
+        return False
 
 
 class KeyedRules:
@@ -277,3 +326,12 @@ class KeyedRules:
             return None
         ordered = {c: ops[c] for c in self.categories if c in ops}
         return Diff(ops=ordered, target=target, base_version=base_version, author=author)
+
+    def breaks_contract(self, state: Mapping[str, str], diff: Diff) -> bool:
+        """True when the diff clears a category ``state`` holds.
+
+        Rewriting a category keeps its place in the artifact; clearing one
+        removes text that later versions (and the tasks they were accepted on)
+        may rely on, so such a diff is not rebased across versions.
+        """
+        return deletes_a_key(state, diff)
