@@ -7,6 +7,7 @@ with a :class:`MergeReport` whose reason carries the numbers it measured.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,7 @@ from agentdescent_core.aggregator.conflicts import dedupe, resolve_conflicts
 from agentdescent_core.aggregator.fusion import fuse, tournament
 from agentdescent_core.artifacts.diff import Diff
 from agentdescent_core.artifacts.filetree import FileTree
+from agentdescent_core.artifacts.strategies import contract_breaking
 from agentdescent_core.errors import CasConflictError, ContractError, LedgerError
 from agentdescent_core.evaluation.protocol import Disqualifying
 from agentdescent_core.evidence import EvidenceCard, MergeOutcome, MergeReport
@@ -129,14 +131,15 @@ class Firing:
 
     def _staleness(self, cards: list[EvidenceCard]) -> list[Candidate]:
         agg, kept = self.agg, []
-        for card in cards:
+        for card in map(self._mark_contract, cards):
             eta = max(0, self.version - card.base_version)
             alpha = alpha_for(
                 agg.store.blast_radius, contract_breaking=card.contract_breaking,
                 alpha_head=agg.config.alpha_head, alpha_tail=agg.config.alpha_tail,
             )
             action = self._action(eta, alpha, card.contract_breaking)
-            who = f"{card.worker} (eta={eta}, alpha={alpha})"
+            breaking = ", contract-breaking" if card.contract_breaking else ""
+            who = f"{card.worker} (eta={eta}, alpha={alpha}{breaking})"
             if action is StalenessAction.DISCARD:
                 self.counts["discarded_stale"] += 1
                 self.notes.append(f"{who} discarded as stale")
@@ -155,6 +158,21 @@ class Firing:
                 ops = ops if clashes else rebased
             kept.append(Candidate((card,), ops))
         return kept
+
+    def _mark_contract(self, card: EvidenceCard) -> EvidenceCard:
+        """The card with ``contract_breaking`` set when its strategy says the diff breaks it.
+
+        The strategy judges the diff against the state it was proposed on (the
+        head when that version can no longer be read); a card already marked by
+        whoever filed it stays marked.
+        """
+        if card.contract_breaking:
+            return card
+        base = self._base_state(card.base_version)
+        state = self.head if base is None else base
+        if not contract_breaking(self.agg.store.strategy, state, card.diff):
+            return card
+        return dataclasses.replace(card, contract_breaking=True)
 
     def _action(self, eta: int, alpha: int, contract_breaking: bool) -> StalenessAction:
         policy = self.agg.staleness_policy
