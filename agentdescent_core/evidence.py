@@ -65,8 +65,10 @@ class EvidenceCard:
     which staleness is measured.  ``tasks`` are the train tasks whose failures
     motivated it (re-verification and conflict resolution score on them).
     ``before`` / ``after`` are the worker's own reward on ``tasks`` without and
-    with the diff (self-verify), when it measured them.  ``allowed_keys`` is set
-    under tensor parallelism: the keys of the worker's section.
+    with the diff (self-verify), when it measured them.  ``contract_breaking``
+    may be set by whoever files the card; the aggregator also sets it when the
+    strategy's ``breaks_contract`` says so.  ``allowed_keys`` is set under
+    tensor parallelism: the keys of the worker's section.
     """
 
     diff: Diff

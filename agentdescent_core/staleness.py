@@ -11,7 +11,10 @@ asynchronous regimes; the merge pipeline stays the same.
 artifact's layer as decided by :func:`agentdescent_core.governance.classify`,
 the one place the L1/L2 boundary lives: hot (L1) artifacts move fast, so more
 lag is expected and tolerated.  A contract-breaking diff gets ``alpha = 0``:
-rebasing across a contract change costs more than proposing again.
+rebasing across a contract change costs more than proposing again.  What is
+contract-breaking is the strategy's call (its optional ``breaks_contract``,
+asked by the aggregator through
+:func:`agentdescent_core.artifacts.strategies.contract_breaking`).
 """
 
 from __future__ import annotations
