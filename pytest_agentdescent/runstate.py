@@ -172,4 +172,5 @@ class RunState:
                                     ) from None
         return decide_session(entries, baseline=baseline, tasks=tasks,
                               patience=settings.session_patience,
-                              degradation=settings.degradation)
+                              degradation=settings.degradation,
+                              min_sessions=settings.degradation_min_sessions)

@@ -97,6 +97,7 @@ class EvolveSettings:
     prices: tuple[tuple[str, float, float], ...] = ()
     session_patience: int | None = None
     degradation: float = 0.15
+    degradation_min_sessions: int = 3
     tasks: str | None = None
     baseline_repeats: int | None = None
 
@@ -419,8 +420,13 @@ KNOBS: tuple[Knob, ...] = (
          "was added (default: every session evolves)."),
     Knob("degradation", None, "evolve_degradation", "value", _FLOAT, "a number in (0, 1]",
          _float_in(0.0, 1.0, low_open=True, high_open=False),
-         "Scheduled sessions: evolve again when the baseline reward is more than this much "
-         "below the best reward recorded (default 0.15)."),
+         "Scheduled sessions: evolve again when the mean reward of the last 3 sessions is "
+         "more than this fraction below the best of the first 3 since the last improvement "
+         "(default 0.15, a 15 % drop)."),
+    Knob("degradation_min_sessions", None, "evolve_degradation_min_sessions", "value", _INT,
+         "an integer >= 1", _int_at_least(1),
+         "Scheduled sessions: measurements of the version in use (this session's included) "
+         "needed before a degradation can trigger evolution (default 3)."),
     Knob("tasks", "--evolve-tasks", "evolve_tasks", "value", "string",
          "a -k style expression such as 'humanize and not slow'", _task_expression,
          "Also make the tests this -k style expression selects tasks (names of tests, "

@@ -306,22 +306,35 @@ def test_scheduled_sessions_skip_when_stagnant_and_evolve_on_new_tests_or_degrad
     summary = (tmp_path / "job3/.agentdescent/report.md").read_text()
     assert "This scheduled session skipped evolution (baseline only): **stagnant**" in summary
 
-    # a new marked test arrives on main: the next session evolves for it
+    # the world moves under the same test ids (every case now fails): the reward of the
+    # version in use drops from 1.0, 1.0, 1.0 to 0.0, a third below, and it evolves again
     update = tmp_path / "update"
     subprocess.run(["git", "clone", "--quiet", str(remote), str(update)], check=True)
     tests = update / "tests/test_bot.py"
     text = tests.read_text()
-    assert repr(WORDS) in text
+    passing = 'assert f"- {word}" in RULES.read_text()'
+    assert passing in text
+    write(tests, text.replace(passing, passing + " and case < 0"))
+    user_git(update, "commit", "--quiet", "-am", "the world moved")
+    user_git(update, "push", "--quiet", "origin", "main")
+    fourth = scheduled_session(remote, tmp_path / "job4")
+    assert fourth["session"]["evolve"] is True
+    assert fourth["session"]["code"] == "degraded"
+    assert fourth["reward_before"] == 0.0
+    assert "33% below the best 1.000" in fourth["session"]["reason"]
+
+    # a new marked test arrives on main (and the world is mended): it evolves for it
     write(tests, text.replace(repr(WORDS), repr((*WORDS, "returns"))))
     user_git(update, "commit", "--quiet", "-am", "a new case")
     user_git(update, "push", "--quiet", "origin", "main")
-    fourth = scheduled_session(remote, tmp_path / "job4")
-    assert fourth["session"]["code"] == "tests-added"
-    assert fourth["reward_after"] == 1.0
+    fifth = scheduled_session(remote, tmp_path / "job5")
+    assert fifth["session"]["code"] == "tests-added"
+    assert fifth["reward_after"] == 1.0
 
-    history = user_git(tmp_path / "job4", "show", "refs/agentdescent/sessions:sessions.json")
+    history = user_git(tmp_path / "job5", "show", "refs/agentdescent/sessions:sessions.json")
     sessions = json.loads(history)["sessions"]
-    assert [s["decision"] for s in sessions] == ["evolve", "evolve", "skip", "evolve"]
+    assert [s["decision"] for s in sessions] == ["evolve", "evolve", "skip", "evolve", "evolve"]
+    assert [s["reason"].startswith("the mean") for s in sessions] == [False] * 3 + [True, False]
 
 
 def test_zero_rounds_measures_the_baseline_and_records_a_finished_run(tmp_path: Path) -> None:

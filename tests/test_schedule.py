@@ -13,6 +13,7 @@ from agentdescent_core.loop.schedule import (
     SessionEntry,
     SessionHistory,
     decide_session,
+    degradation_of,
     sessions_ref,
 )
 
@@ -70,14 +71,59 @@ def test_errored_sessions_are_ignored_not_counted_as_stagnation() -> None:
     assert decision.best == 0.8  # the errored session's high reward never counts
 
 
-def test_a_degraded_baseline_evolves_again() -> None:
+def test_degradation_is_the_mean_of_the_last_three_against_the_best_of_the_first_three(
+        ) -> None:
+    # the version in use scored 0.9 when it was accepted, then 0.9 and 0.9 as baselines
     history = [entry(0.5, 0.9, accepted=1), entry(0.9, 0.9), entry(0.9, 0.9)]
-    assert decide(history, 0.8).code == "stagnant"  # 0.1 below: within tolerance
-    degraded = decide(history, 0.7)
+    # one bad baseline: the last three average (0.9 + 0.9 + 0.7) / 3 = 0.833, 7 % down
+    assert decide(history, 0.7).code == "stagnant"
+    # a worse one: (0.9 + 0.9 + 0.3) / 3 = 0.7, 22 % down
+    degraded = decide(history, 0.3)
     assert degraded.evolve
     assert degraded.code == "degraded"
     assert "0.700" in degraded.reason
     assert "0.900" in degraded.reason
+    assert "22%" in degraded.reason
+
+
+def test_the_drop_is_relative_to_the_reward_scale() -> None:
+    # 0.1 below a best of 0.5 is a 20 % drop, though less than 0.15 in absolute terms
+    history = [entry(0.3, 0.5, accepted=1), entry(0.4, 0.4), entry(0.4, 0.4)]
+    decision = decide(history, 0.4)
+    assert decision.code == "degraded"
+    series = degradation_of(history, 0.4)
+    assert series is not None
+    assert series.first == (0.5, 0.4, 0.4)
+    assert series.recent == (0.4, 0.4, 0.4)
+    assert series.relative == pytest.approx(0.2)
+
+
+def test_degradation_needs_a_minimum_number_of_sessions() -> None:
+    history = [entry(0.5, 0.9, accepted=1)]
+    # two measurements of the version (0.9 accepted, 0.1 now): too few to judge
+    assert degradation_of(history, 0.1) is None
+    assert decide(history, 0.1).code == "improving"
+    assert decide_session(history, baseline=0.1, tasks=TASKS, patience=2,
+                          degradation=0.15, min_sessions=2).code == "degraded"
+
+
+def test_an_improvement_starts_the_series_again() -> None:
+    # the old version decayed, then a session improved it to 0.6: judged from 0.6 on
+    history = [entry(0.9, 0.9, accepted=0), entry(0.5, 0.5), entry(0.4, 0.6, accepted=1),
+               entry(0.6, 0.6)]
+    series = degradation_of(history, 0.6)
+    assert series is not None
+    assert series.first == (0.6, 0.6, 0.6)
+    assert decide(history, 0.6).code != "degraded"
+
+
+def test_errored_sessions_and_missing_baselines_do_not_enter_the_series() -> None:
+    history = [entry(0.5, 0.9, accepted=1), entry(0.1, 0.1, error="boom"), entry(None, None),
+               entry(0.9, 0.9)]
+    series = degradation_of(history, 0.9)
+    assert series is not None
+    assert series.first == (0.9, 0.9, 0.9)
+    assert degradation_of(history, None) is None
 
 
 def test_a_new_marked_test_evolves_again() -> None:

@@ -8,9 +8,16 @@ session looks back at the sessions before it:
 - with no ``patience`` configured, or no history yet, it evolves;
 - when a marked test appeared that no earlier session knew, it evolves
   (``tests-added``): there is something new to learn;
-- when the baseline dropped more than ``degradation`` below the best reward
-  ever recorded, it evolves (``degraded``): the world moved (a model update, a
-  changed dependency) and the skill must follow;
+- when the reward has degraded (``degraded``), it evolves: the world moved (a
+  model update, a changed dependency) and the skill must follow.  Degradation
+  is seed 003's trigger: the mean of the last three measurements of the
+  version in use fell more than ``degradation`` (a fraction, 0.15 by default)
+  below the best of its first three, and at least ``min_sessions`` (3)
+  measurements exist.  The measurements are the final reward of the last
+  session that improved the skill (the version's first score) and the
+  baseline of every session since, this one included; like the seed, an
+  improvement starts the series again, since a new version is a new
+  population to compare against;
 - otherwise the history is replayed through :func:`run_controller` with the
   same ``patience``: when the controller would stop on ``patience`` — the last
   sessions did not beat the best — this session only measures the baseline
@@ -117,6 +124,7 @@ def decide_session(
     tasks: Sequence[str],
     patience: int | None,
     degradation: float = 0.15,
+    min_sessions: int = 3,
 ) -> SessionDecision:
     """The rule of the module docstring; ``history`` is oldest first."""
     if patience is None:
@@ -132,10 +140,13 @@ def decide_session(
                                f"{len(new)} marked test(s) no earlier session knew: "
                                + ", ".join(new[:5]) + (" …" if len(new) > 5 else ""),
                                best=best, sessions=len(history), new_tests=new)
-    if best is not None and baseline is not None and baseline < best - degradation:
+    drop = degradation_of(history, baseline, min_sessions=min_sessions)
+    if drop is not None and drop.relative > degradation:
         return SessionDecision(True, "degraded",
-                               f"the baseline {baseline:.3f} is more than {degradation:g} "
-                               f"below the best recorded reward {best:.3f}",
+                               f"the mean of the last {len(drop.recent)} rewards "
+                               f"{drop.recent_mean:.3f} is {drop.relative:.0%} below the best "
+                               f"{drop.reference:.3f} of the first {len(drop.first)} "
+                               f"(threshold {degradation:.0%})",
                                best=best, sessions=len(history))
     # Replay the informative sessions through the controller (no patience, so it
     # never stops early) and read back which of them beat the best before them.
@@ -162,6 +173,55 @@ def decide_session(
     return SessionDecision(True, "improving",
                            f"{idle} session(s) without improvement so far, fewer than the "
                            f"patience of {patience}", best=best, sessions=len(history))
+
+
+WINDOW = 3  # seed 003: the best of the first three against the mean of the last three
+
+
+@dataclass(frozen=True)
+class Degradation:
+    """How far the version in use fell: the figures the ``degraded`` decision quotes."""
+
+    first: tuple[float, ...]
+    recent: tuple[float, ...]
+
+    @property
+    def reference(self) -> float:
+        return max(self.first)
+
+    @property
+    def recent_mean(self) -> float:
+        return sum(self.recent) / len(self.recent)
+
+    @property
+    def relative(self) -> float:
+        """The drop as a fraction of the reference (negative when the reward rose)."""
+        return (self.reference - self.recent_mean) / self.reference
+
+
+def degradation_of(history: Sequence[SessionEntry], baseline: float | None, *,
+                   min_sessions: int = 3) -> Degradation | None:
+    """The drop of the version in use, or None while it cannot be judged yet.
+
+    None when fewer than ``min_sessions`` measurements of the version exist,
+    when this session measured no baseline, or when the reference is not
+    positive (a relative drop from zero means nothing).
+    """
+    if baseline is None:
+        return None
+    series: list[float] = []
+    for entry in history:
+        if entry.error is not None:
+            continue
+        if entry.improved and entry.final is not None:
+            series = [entry.final]  # a new version: its series starts at its measured reward
+        elif entry.baseline is not None:
+            series.append(entry.baseline)
+    series.append(baseline)
+    if len(series) < max(1, min_sessions):
+        return None
+    found = Degradation(first=tuple(series[:WINDOW]), recent=tuple(series[-WINDOW:]))
+    return found if found.reference > 0 else None
 
 
 class SessionHistory:
