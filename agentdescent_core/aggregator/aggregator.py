@@ -100,7 +100,8 @@ class Aggregator:
         )
         self.staleness_policy = staleness_policy or get_policy()
         if acceptance_policy is None:
-            acceptance_policy = policy_for(config.acceptance, config.repeats)
+            acceptance_policy = policy_for(config.acceptance, config.repeats,
+                                           base_delta=config.base_delta)
         self.acceptance_policy = acceptance_policy
         self.oracle = oracle
         self.promotions: list[PromoteResult] = []
