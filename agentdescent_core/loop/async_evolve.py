@@ -38,7 +38,7 @@ from agentdescent_core.errors import BackendError, LedgerError
 from agentdescent_core.evidence import EvidenceCard, MergeReport
 from agentdescent_core.loop.budget import Budget, BudgetExhausted
 from agentdescent_core.loop.driver import DriverBase, describe_error
-from agentdescent_core.loop.parallel import ParallelMode
+from agentdescent_core.loop.parallel import ParallelMode, PlanStrategy
 from agentdescent_core.loop.result import EvolutionResult, RoundInfo, round_info
 from agentdescent_core.loop.sampling import RoundRobin, TaskSampler
 from agentdescent_core.loop.setup import DEFAULT_ROUNDS, RunParts, build_run, check_int
@@ -61,7 +61,7 @@ def async_evolve(
     run: RunFn | None = None,
     propose: ProposeFn | None = None,
     strategy: Strategy | None = None,
-    parallel: ParallelMode | None = None,
+    parallel: ParallelMode | PlanStrategy | None = None,
     task_sampler: TaskSampler | None = None,
     blast_radius: float = 0.2,
     agg_config: AggregatorConfig | None = None,
@@ -90,7 +90,11 @@ def async_evolve(
     artifact_id: str = "artifact",
     guardrails: Guardrails | None = None,
 ) -> EvolutionResult:
-    """Barrier-free evolution; same plug-ins and result as ``evolve()`` (see the module doc)."""
+    """Barrier-free evolution; same plug-ins and result as ``evolve()`` (see the module doc).
+
+    A ``plan()`` parallel strategy is asked once, for round 1: there are no
+    rounds to re-plan at.
+    """
     changed = {
         "max_concurrency": (max_concurrency, "is ignored: every worker is its own thread"),
         "round_timeout": (round_timeout, "is ignored: there are no rounds to time out"),

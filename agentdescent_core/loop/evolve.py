@@ -32,7 +32,7 @@ from agentdescent_core.errors import BackendError, ContractError, LedgerError
 from agentdescent_core.evidence import EvidenceCard, MergeReport
 from agentdescent_core.loop.budget import Budget, BudgetExhausted
 from agentdescent_core.loop.driver import DriverBase, describe_error
-from agentdescent_core.loop.parallel import ParallelMode
+from agentdescent_core.loop.parallel import ParallelMode, PlanStrategy, Shard
 from agentdescent_core.loop.result import EvolutionResult, RoundInfo, round_info
 from agentdescent_core.loop.sampling import RoundRobin, TaskSampler
 from agentdescent_core.loop.setup import DEFAULT_ROUNDS, RunParts, build_run, check_int
@@ -58,7 +58,7 @@ def evolve(
     run: RunFn | None = None,
     propose: ProposeFn | None = None,
     strategy: Strategy | None = None,
-    parallel: ParallelMode | None = None,
+    parallel: ParallelMode | PlanStrategy | None = None,
     task_sampler: TaskSampler | None = None,
     blast_radius: float = 0.2,
     agg_config: AggregatorConfig | None = None,
@@ -331,7 +331,7 @@ class _SyncDriver(DriverBase):
 
     def _run_units(self, round_index: int, snapshots: list[Snapshot]
                    ) -> list[tuple[int, UnitResult | BaseException]]:
-        shards = self.parts.shards
+        shards = self.parts.shards_for(round_index)
         if not self._threaded:
             out: list[tuple[int, UnitResult | BaseException]] = []
             for worker in range(self.n_workers):
@@ -350,15 +350,16 @@ class _SyncDriver(DriverBase):
             launched.add(worker)
             threading.Thread(
                 target=self._unit_thread, name=f"agentdescent-worker-{worker}", daemon=True,
-                args=(worker, snapshots[worker], round_index),
+                args=(worker, snapshots[worker], shards[worker], round_index),
             ).start()
         return self._collect(launched)
 
-    def _unit_thread(self, worker: int, snapshot: Snapshot, round_index: int) -> None:
+    def _unit_thread(self, worker: int, snapshot: Snapshot, shard: Shard,
+                     round_index: int) -> None:
         with self._semaphore:
             try:
                 outcome: UnitResult | BaseException = work_unit(
-                    self.parts.ctx, worker, snapshot, self.parts.shards[worker], round_index)
+                    self.parts.ctx, worker, snapshot, shard, round_index)
             except BaseException as exc:
                 outcome = exc
         self._results.put((worker, outcome))

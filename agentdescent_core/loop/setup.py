@@ -39,7 +39,7 @@ from agentdescent_core.ledger.ledger import Ledger
 from agentdescent_core.ledger.message import Evidence
 from agentdescent_core.ledger.plumbing import RefUpdate
 from agentdescent_core.loop.budget import Budget
-from agentdescent_core.loop.parallel import DataParallel, ParallelMode, Shard
+from agentdescent_core.loop.parallel import ParallelMode, Planned, PlanStrategy, Shard, as_mode
 from agentdescent_core.loop.sampling import TaskSampler
 from agentdescent_core.loop.worker import (
     Actor,
@@ -176,6 +176,13 @@ class RunParts:
     scratch: bool
     owns_verifier: bool = True
     owns_ledger: bool = True
+    planner: Planned | None = None
+
+    def shards_for(self, round_index: int) -> list[Shard]:
+        """The workers' shards in round ``round_index``: re-planned for a plan() strategy."""
+        if self.planner is None or round_index <= 1:
+            return self.shards
+        return self.planner.shards_for(round_index)
 
     def close(self) -> None:
         self.ctx.stop.set()  # abandoned units stop calling the backend at their next step
@@ -210,6 +217,7 @@ class ResolvedOptions:
     shards: list[Shard]
     policy: StalenessPolicy
     config: AggregatorConfig
+    planner: Planned | None = None  # a plan() strategy, asked again every round
 
 
 def resolve_options(
@@ -217,7 +225,7 @@ def resolve_options(
     train: Sequence[Task],
     keys_state: Mapping[str, str],
     strategy: Strategy,
-    parallel: ParallelMode | None,
+    parallel: ParallelMode | PlanStrategy | None,
     staleness_policy: StalenessPolicy | str | None,
     agg_config: AggregatorConfig | None,
     n_workers: int,
@@ -227,13 +235,13 @@ def resolve_options(
     ``keys_state`` is the artifact state whose keys a TensorParallel split
     cuts into sections.
     """
-    mode = parallel if parallel is not None else DataParallel()
+    mode = as_mode(parallel)
     shards = mode.assign(list(train), n_workers, _keys_for_sections(strategy, dict(keys_state)))
     if isinstance(staleness_policy, str):
         staleness_policy = get_policy(staleness_policy)
     policy = staleness_policy if staleness_policy is not None else get_policy()
     config = agg_config if agg_config is not None else AggregatorConfig()
-    return ResolvedOptions(shards, policy, config)
+    return ResolvedOptions(shards, policy, config, mode if isinstance(mode, Planned) else None)
 
 
 def wire_run(
@@ -292,7 +300,8 @@ def wire_run(
     return RunParts(split=split, strategy=strategy, ledger=ledger, store=store,
                     verifier=verifier, aggregator=aggregator, budget=budget, ctx=ctx,
                     shards=options.shards, resumed=resumed, scratch=scratch,
-                    owns_verifier=owns_verifier, owns_ledger=owns_ledger)
+                    owns_verifier=owns_verifier, owns_ledger=owns_ledger,
+                    planner=options.planner)
 
 
 def build_run(
@@ -301,7 +310,7 @@ def build_run(
     actor: Actor,
     *,
     strategy: Strategy,
-    parallel: ParallelMode | None,
+    parallel: ParallelMode | PlanStrategy | None,
     task_sampler: TaskSampler,
     blast_radius: float,
     agg_config: AggregatorConfig | None,
