@@ -35,13 +35,16 @@ _EXPORTS: dict[str, str] = {
     "DataParallel": "agentdescent_core.loop",
     "TensorParallel": "agentdescent_core.loop",
     "PipelineParallel": "agentdescent_core.loop",
+    "WorkUnit": "agentdescent_core.loop",
     # staleness policies
     "Full": "agentdescent_core.staleness",
     "Guarded": "agentdescent_core.staleness",
     "Reflective": "agentdescent_core.staleness",
-    # an actor from any prompt -> text function
+    # an actor from any prompt -> text function, and models as such functions
     "LLMAgent": "agentdescent_core.proposers.agent",
     "reflector": "agentdescent_core.proposers.agent",
+    "claude": "agentdescent_core.proposers.completions",
+    "openai_compatible": "agentdescent_core.proposers.completions",
     # durable runs
     "LoopKernel": "agentdescent_core.loop",
     "SqliteRunStore": "agentdescent_core.loop",
@@ -69,24 +72,35 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from agentdescent_core.aggregator import AggregatorConfig
-    from agentdescent_core.artifacts import AppendRules, Diff, FileTree, KeyedRules, SingleSlot
-    from agentdescent_core.errors import AgentDescentError, ContractError, RefusalError
-    from agentdescent_core.loop import (
-        DataParallel,
-        EvolutionResult,
-        LoopKernel,
-        PipelineParallel,
-        RoundInfo,
-        SqliteRunStore,
-        TensorParallel,
-        run_controller,
-    )
-
-    # From their own modules: a function named like its module confuses mypy's
-    # import-cycle handling when imported through the package.
-    from agentdescent_core.loop.async_evolve import async_evolve
-    from agentdescent_core.loop.evolve import evolve
-    from agentdescent_core.proposers.agent import LLMAgent, reflector
-    from agentdescent_core.staleness import Full, Guarded, Reflective
-    from agentdescent_core.tasks import Task
+    # ``name as name``: an explicit re-export, so strict type checkers (no implicit
+    # re-export) accept ``from agentdescent_core import evolve``.
+    # Functions are imported from their own modules: a function named like its module
+    # confuses mypy's import-cycle handling when imported through the package.
+    from agentdescent_core.aggregator import AggregatorConfig as AggregatorConfig
+    from agentdescent_core.artifacts import AppendRules as AppendRules
+    from agentdescent_core.artifacts import Diff as Diff
+    from agentdescent_core.artifacts import FileTree as FileTree
+    from agentdescent_core.artifacts import KeyedRules as KeyedRules
+    from agentdescent_core.artifacts import SingleSlot as SingleSlot
+    from agentdescent_core.errors import AgentDescentError as AgentDescentError
+    from agentdescent_core.errors import ContractError as ContractError
+    from agentdescent_core.errors import RefusalError as RefusalError
+    from agentdescent_core.loop import DataParallel as DataParallel
+    from agentdescent_core.loop import EvolutionResult as EvolutionResult
+    from agentdescent_core.loop import LoopKernel as LoopKernel
+    from agentdescent_core.loop import PipelineParallel as PipelineParallel
+    from agentdescent_core.loop import RoundInfo as RoundInfo
+    from agentdescent_core.loop import SqliteRunStore as SqliteRunStore
+    from agentdescent_core.loop import TensorParallel as TensorParallel
+    from agentdescent_core.loop import WorkUnit as WorkUnit
+    from agentdescent_core.loop import run_controller as run_controller
+    from agentdescent_core.loop.async_evolve import async_evolve as async_evolve
+    from agentdescent_core.loop.evolve import evolve as evolve
+    from agentdescent_core.proposers.agent import LLMAgent as LLMAgent
+    from agentdescent_core.proposers.agent import reflector as reflector
+    from agentdescent_core.proposers.completions import claude as claude
+    from agentdescent_core.proposers.completions import openai_compatible as openai_compatible
+    from agentdescent_core.staleness import Full as Full
+    from agentdescent_core.staleness import Guarded as Guarded
+    from agentdescent_core.staleness import Reflective as Reflective
+    from agentdescent_core.tasks import Task as Task

@@ -46,8 +46,11 @@ PUBLIC = [
     "SqliteRunStore",
     "Task",
     "TensorParallel",
+    "WorkUnit",
     "async_evolve",
+    "claude",
     "evolve",
+    "openai_compatible",
     "reflector",
     "run_controller",
 ]

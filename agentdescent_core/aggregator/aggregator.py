@@ -24,10 +24,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from agentdescent_core.aggregator.audit import AuditScheduler
+from agentdescent_core.aggregator.candidates import Candidate
 from agentdescent_core.aggregator.checks import guard_regressions
 from agentdescent_core.aggregator.config import AggregatorConfig
+from agentdescent_core.aggregator.hooks import check_overrides
 from agentdescent_core.aggregator.pipeline import Firing
 from agentdescent_core.aggregator.store import ArtifactStore
+from agentdescent_core.errors import ContractError
 from agentdescent_core.evaluation.protocol import Verifier
 from agentdescent_core.evidence import EvidenceCard, MergeOutcome, MergeReport
 from agentdescent_core.ledger.ledger import PromoteResult
@@ -79,6 +82,10 @@ class Aggregator:
 
     Attributes for reports: ``promotions`` (every PromoteResult that moved
     stable), ``audit`` (trust, oracle calls used).
+
+    A subclass may override the protocol methods and :meth:`_tournament`; a
+    method named after another merge stage raises ContractError when the
+    subclass is built (see :mod:`.hooks`), because the engine would never call it.
     """
 
     def __init__(
@@ -92,6 +99,7 @@ class Aggregator:
         acceptance_policy: AcceptancePolicy | None = None,
         oracle: Oracle | None = None,
     ) -> None:
+        check_overrides(type(self), Aggregator)
         self.store = store
         self.verifier = verifier
         self.config = config
@@ -100,7 +108,8 @@ class Aggregator:
         )
         self.staleness_policy = staleness_policy or get_policy()
         if acceptance_policy is None:
-            acceptance_policy = policy_for(config.acceptance, config.repeats)
+            acceptance_policy = policy_for(config.acceptance, config.repeats,
+                                           base_delta=config.base_delta)
         self.acceptance_policy = acceptance_policy
         self.oracle = oracle
         self.promotions: list[PromoteResult] = []
@@ -110,6 +119,7 @@ class Aggregator:
         self._clock_head: str | None = None
         self._checked_round: int | None = None
         self._oracle_cache: dict[str, float] = {}
+        self._firing: Firing | None = None  # the firing in progress, for _tournament
 
     def __repr__(self) -> str:
         return (f"Aggregator({self.store.artifact_id!r}, policy={self.staleness_policy!r}, "
@@ -173,7 +183,11 @@ class Aggregator:
         # An exception (BackendError, LedgerError, ContractError) leaves the firing's
         # cards with the caller, who may step them again; keeping them here as well
         # would file them twice.
-        reports = firing.run()
+        self._firing = firing
+        try:
+            reports = firing.run()
+        finally:
+            self._firing = None
         if firing.refile:
             keep = {id(card) for card in firing.refile}
             self._bucket = [(r, c) for r, c in filed if id(c) in keep] + self._bucket
@@ -188,6 +202,27 @@ class Aggregator:
             diff=card.diff,
             considered=1,
         )
+
+    # ------------------------------------------------------------ hooks
+
+    def _tournament(self, artifact: Mapping[str, str], candidates: list[Candidate]
+                    ) -> Candidate:
+        """Pick the candidate that goes on to the audit and the acceptance test.
+
+        The override point for "which proposal, or which union of them, is
+        worth testing": ``artifact`` is the dev head's state (read-only) and
+        ``candidates`` the proposals left after staleness and conflicts.  The
+        default adds their fused union (``config.fusion``) and scores the
+        entrants as ``config.tournament`` says.  An override returns one of
+        ``candidates``, or what ``super()._tournament`` returned for a subset
+        of them; narrowing to one candidate means it is never fused.
+        """
+        if self._firing is None:
+            raise ContractError(
+                f"{type(self).__name__}._tournament was called outside a merge; the engine "
+                "calls it while a bucket fires (from step or flush)"
+            )
+        return self._firing._tournament(list(candidates))
 
     # ------------------------------------------------------------ promotion
 

@@ -46,6 +46,10 @@ class AggregatorConfig:
     acceptance test judges the winner either way.
     ``oracle_repeats`` is how many repeats per task the full-evaluation oracle
     uses (None: the baseline's).
+    ``base_delta`` is the starting tolerance of the ``beta`` policy (its
+    ``delta`` at version 0, annealed from there; None: the policy's 0.5); it
+    exists only for ``acceptance="beta"`` and is refused with any other policy,
+    where it would do nothing.
     """
 
     batch_size: int = 1
@@ -64,6 +68,7 @@ class AggregatorConfig:
     fusion: bool = True
     oracle_repeats: int | None = None
     tournament: str = "union-first"
+    base_delta: float | None = None
 
     def __post_init__(self) -> None:
         positive = {
@@ -100,6 +105,8 @@ class AggregatorConfig:
                 f"AggregatorConfig.tournament={self.tournament!r} is not known; "
                 f"use one of {', '.join(TOURNAMENTS)}"
             )
+        if self.base_delta is not None:
+            _check_base_delta(self.base_delta, self.acceptance)
         if self.acceptance not in POLICIES:
             raise ValueError(
                 f"AggregatorConfig.acceptance={self.acceptance!r} is not a known policy; "
@@ -142,4 +149,16 @@ def _require_int(name: str, value: object, *, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(
             f"AggregatorConfig.{name} must be an integer >= {minimum}, got {value!r}"
+        )
+
+
+def _check_base_delta(value: object, acceptance: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 1.0:
+        raise ValueError(
+            f"AggregatorConfig.base_delta must be a number in (0, 1], got {value!r}"
+        )
+    if acceptance != "beta":
+        raise ValueError(
+            f"AggregatorConfig.base_delta={value!r} tunes the 'beta' acceptance policy, but "
+            f"acceptance={acceptance!r}; pass acceptance='beta' with it, or drop base_delta"
         )

@@ -126,7 +126,13 @@ class Firing:
         )
         self.counts["conflicts_dropped"] = len(dropped)
         self.notes.extend(d.describe() for d in dropped)
-        winner = self._tournament(candidates)
+        winner = self.agg._tournament(dict(self.head), list(candidates))
+        if not isinstance(winner, Candidate):
+            raise ContractError(
+                f"{type(self.agg).__name__}._tournament returned {type(winner).__name__}; it "
+                "must return one of the candidates it was given (or what "
+                "super()._tournament returned)"
+            )
         return self._decide(winner)
 
     def _staleness(self, cards: list[EvidenceCard]) -> list[Candidate]:

@@ -58,6 +58,7 @@ from agentdescent_core.loop.parallel import (
     PipelineParallel,
     Shard,
     TensorParallel,
+    WorkUnit,
 )
 from agentdescent_core.loop.result import EvolutionResult, RoundInfo
 from agentdescent_core.loop.sampling import DifficultyWeighted, RoundRobin, TaskSampler
@@ -105,6 +106,7 @@ __all__ = [
     "TaskSampler",
     "TensorParallel",
     "UnknownRunError",
+    "WorkUnit",
     "async_evolve",
     "evolve",
     "evolve_verified",

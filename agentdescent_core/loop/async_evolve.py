@@ -29,7 +29,7 @@ import queue
 import threading
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agentdescent_core.aggregator import AggregatorConfig
@@ -38,10 +38,17 @@ from agentdescent_core.errors import BackendError, LedgerError
 from agentdescent_core.evidence import EvidenceCard, MergeReport
 from agentdescent_core.loop.budget import Budget, BudgetExhausted
 from agentdescent_core.loop.driver import DriverBase, describe_error
-from agentdescent_core.loop.parallel import ParallelMode
+from agentdescent_core.loop.parallel import ParallelMode, PlanStrategy
+from agentdescent_core.loop.progress import finish_progress, with_progress
 from agentdescent_core.loop.result import EvolutionResult, RoundInfo, round_info
 from agentdescent_core.loop.sampling import RoundRobin, TaskSampler
-from agentdescent_core.loop.setup import DEFAULT_ROUNDS, RunParts, build_run, check_int
+from agentdescent_core.loop.setup import (
+    DEFAULT_ROUNDS,
+    RunParts,
+    build_run,
+    check_int,
+    config_with,
+)
 from agentdescent_core.loop.worker import ProposeFn, RunFn, Snapshot, resolve_actor, work_unit
 from agentdescent_core.proposers.guardrails import Guardrails
 from agentdescent_core.staleness import StalenessPolicy
@@ -61,7 +68,7 @@ def async_evolve(
     run: RunFn | None = None,
     propose: ProposeFn | None = None,
     strategy: Strategy | None = None,
-    parallel: ParallelMode | None = None,
+    parallel: ParallelMode | PlanStrategy | None = None,
     task_sampler: TaskSampler | None = None,
     blast_radius: float = 0.2,
     agg_config: AggregatorConfig | None = None,
@@ -89,8 +96,16 @@ def async_evolve(
     eval_concurrency: int = 8,
     artifact_id: str = "artifact",
     guardrails: Guardrails | None = None,
+    oracle_budget: int | None = None,
+    cheap_eval_tasks: int | None = None,
+    verbose: bool = False,
+    initial_state: Mapping[str, str] | None = None,
 ) -> EvolutionResult:
-    """Barrier-free evolution; same plug-ins and result as ``evolve()`` (see the module doc)."""
+    """Barrier-free evolution; same plug-ins and result as ``evolve()`` (see the module doc).
+
+    A ``plan()`` parallel strategy is asked once, for round 1: there are no
+    rounds to re-plan at.  ``verbose`` prints one line per merger sweep.
+    """
     changed = {
         "max_concurrency": (max_concurrency, "is ignored: every worker is its own thread"),
         "round_timeout": (round_timeout, "is ignored: there are no rounds to time out"),
@@ -124,6 +139,9 @@ def async_evolve(
     if max_iters is None:
         max_iters = (DEFAULT_ROUNDS if rounds is None else rounds) * n_workers
     check_int("max_iters", max_iters, 0)
+    on_round = with_progress(on_round, verbose, asynchronous=True)
+    agg_config = config_with(agg_config, oracle_budget=oracle_budget,
+                             cheap_eval_tasks=cheap_eval_tasks)
     budget = Budget(max_calls=max_calls, max_seconds=max_seconds)
     parts = build_run(
         task_list, reward, actor, strategy=strategy if strategy is not None else AppendRules(),
@@ -132,7 +150,7 @@ def async_evolve(
         staleness_policy=staleness_policy, n_workers=n_workers, repo_path=repo_path,
         held_out_frac=held_out_frac, shuffle=shuffle, seed=seed, budget=budget,
         eval_concurrency=eval_concurrency, artifact_id=artifact_id,
-        guardrails=guardrails,
+        guardrails=guardrails, initial_state=initial_state,
     )
     try:
         driver = _AsyncDriver(
@@ -141,7 +159,7 @@ def async_evolve(
             stall_patience=stall_patience, self_verify=True if self_verify is None else self_verify,
             max_iters=max_iters,
         )
-        return driver.run()
+        return finish_progress(driver.run(), verbose)
     finally:
         parts.close()
 

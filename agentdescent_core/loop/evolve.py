@@ -32,10 +32,17 @@ from agentdescent_core.errors import BackendError, ContractError, LedgerError
 from agentdescent_core.evidence import EvidenceCard, MergeReport
 from agentdescent_core.loop.budget import Budget, BudgetExhausted
 from agentdescent_core.loop.driver import DriverBase, describe_error
-from agentdescent_core.loop.parallel import ParallelMode
+from agentdescent_core.loop.parallel import ParallelMode, PlanStrategy, Shard
+from agentdescent_core.loop.progress import finish_progress, with_progress
 from agentdescent_core.loop.result import EvolutionResult, RoundInfo, round_info
 from agentdescent_core.loop.sampling import RoundRobin, TaskSampler
-from agentdescent_core.loop.setup import DEFAULT_ROUNDS, RunParts, build_run, check_int
+from agentdescent_core.loop.setup import (
+    DEFAULT_ROUNDS,
+    RunParts,
+    build_run,
+    check_int,
+    config_with,
+)
 from agentdescent_core.loop.worker import (
     ProposeFn,
     RunFn,
@@ -58,7 +65,7 @@ def evolve(
     run: RunFn | None = None,
     propose: ProposeFn | None = None,
     strategy: Strategy | None = None,
-    parallel: ParallelMode | None = None,
+    parallel: ParallelMode | PlanStrategy | None = None,
     task_sampler: TaskSampler | None = None,
     blast_radius: float = 0.2,
     agg_config: AggregatorConfig | None = None,
@@ -86,6 +93,10 @@ def evolve(
     eval_concurrency: int = 8,
     artifact_id: str = "artifact",
     guardrails: Guardrails | None = None,
+    oracle_budget: int | None = None,
+    cheap_eval_tasks: int | None = None,
+    verbose: bool = False,
+    initial_state: Mapping[str, str] | None = None,
 ) -> EvolutionResult:
     """Evolve an artifact so that ``run`` earns more ``reward`` on ``tasks``.
 
@@ -100,6 +111,13 @@ def evolve(
     commands refused); a refused proposal is a ``secret`` / ``invalid-proposal``
     merge outcome, and the ``violation_limit``-th critical one raises
     GuardrailsTripped.  There is no way to turn secret checks off.
+
+    ``oracle_budget`` / ``cheap_eval_tasks`` set the AggregatorConfig fields of
+    the same name (a ValueError if ``agg_config`` sets them otherwise).
+    ``verbose=True`` prints a line per round and one at the end on stderr.
+    ``initial_state`` is the artifact to start from instead of
+    ``strategy.initial()``; it is ignored, with a RuntimeWarning, when
+    ``repo_path`` already holds the run's artifact (a resume).
     """
     if asynchronous:
         from agentdescent_core.loop.async_evolve import async_evolve
@@ -115,7 +133,8 @@ def evolve(
             patience=patience, max_worker_errors=max_worker_errors, repo_path=repo_path,
             held_out_frac=held_out_frac, shuffle=shuffle, seed=seed, max_calls=max_calls,
             max_seconds=max_seconds, eval_concurrency=eval_concurrency, artifact_id=artifact_id,
-            guardrails=guardrails,
+            guardrails=guardrails, oracle_budget=oracle_budget,
+            cheap_eval_tasks=cheap_eval_tasks, verbose=verbose, initial_state=initial_state,
         )
     for name, given in (("async_ratio", async_ratio), ("self_verify", self_verify),
                         ("stall_patience", stall_patience)):
@@ -138,6 +157,9 @@ def evolve(
         raise ValueError(
             f"round_timeout must be a positive number of seconds, got {round_timeout!r}"
         )
+    on_round = with_progress(on_round, verbose, asynchronous=False)
+    agg_config = config_with(agg_config, oracle_budget=oracle_budget,
+                             cheap_eval_tasks=cheap_eval_tasks)
     budget = Budget(max_calls=max_calls, max_seconds=max_seconds)
     parts = build_run(
         task_list, reward, actor, strategy=strategy if strategy is not None else AppendRules(),
@@ -146,7 +168,7 @@ def evolve(
         staleness_policy=staleness_policy, n_workers=n_workers, repo_path=repo_path,
         held_out_frac=held_out_frac, shuffle=shuffle, seed=seed, budget=budget,
         eval_concurrency=eval_concurrency, artifact_id=artifact_id,
-        guardrails=guardrails,
+        guardrails=guardrails, initial_state=initial_state,
     )
     try:
         driver = _SyncDriver(
@@ -155,7 +177,7 @@ def evolve(
             max_concurrency=max_concurrency, round_timeout=round_timeout,
             refresh_interval=refresh_interval,
         )
-        return driver.run(rounds)
+        return finish_progress(driver.run(rounds), verbose)
     finally:
         parts.close()
 
@@ -331,7 +353,7 @@ class _SyncDriver(DriverBase):
 
     def _run_units(self, round_index: int, snapshots: list[Snapshot]
                    ) -> list[tuple[int, UnitResult | BaseException]]:
-        shards = self.parts.shards
+        shards = self.parts.shards_for(round_index)
         if not self._threaded:
             out: list[tuple[int, UnitResult | BaseException]] = []
             for worker in range(self.n_workers):
@@ -350,15 +372,16 @@ class _SyncDriver(DriverBase):
             launched.add(worker)
             threading.Thread(
                 target=self._unit_thread, name=f"agentdescent-worker-{worker}", daemon=True,
-                args=(worker, snapshots[worker], round_index),
+                args=(worker, snapshots[worker], shards[worker], round_index),
             ).start()
         return self._collect(launched)
 
-    def _unit_thread(self, worker: int, snapshot: Snapshot, round_index: int) -> None:
+    def _unit_thread(self, worker: int, snapshot: Snapshot, shard: Shard,
+                     round_index: int) -> None:
         with self._semaphore:
             try:
                 outcome: UnitResult | BaseException = work_unit(
-                    self.parts.ctx, worker, snapshot, self.parts.shards[worker], round_index)
+                    self.parts.ctx, worker, snapshot, shard, round_index)
             except BaseException as exc:
                 outcome = exc
         self._results.put((worker, outcome))

@@ -14,7 +14,9 @@
   evolves one artifact, so it refuses this mode with the reason.
 
 A mode is any object with ``assign(train, n_workers, keys)`` returning one
-:class:`Shard` per worker.
+:class:`Shard` per worker, or one with ``plan(n_workers, round_index, keys)``
+returning a list of :class:`WorkUnit` (the seed's shape), which
+:func:`as_mode` adapts; a planned mode is asked again at every round.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 from agentdescent_core.errors import ContractError
 from agentdescent_core.evaluation.callable import callable_name
@@ -37,6 +39,21 @@ class Shard:
     allowed_keys: frozenset[str] | None = None
 
 
+@dataclass(frozen=True)
+class WorkUnit:
+    """One worker's share of a round, as a custom ``plan()`` returns it.
+
+    ``keys`` are the ids of the train tasks the worker rolls out (``plan`` is
+    given them all as its ``keys``); ``allowed_keys``, when given, are the
+    artifact keys it may edit, like a TensorParallel section (an edit outside
+    them is a ``section-violation``).
+    """
+
+    worker: int
+    keys: Sequence[str] = ()
+    allowed_keys: Sequence[str] | None = None
+
+
 @runtime_checkable
 class ParallelMode(Protocol):
     name: str
@@ -44,6 +61,14 @@ class ParallelMode(Protocol):
     def assign(
         self, train: Sequence[Task], n_workers: int, keys: Sequence[str] | None
     ) -> list[Shard]: ...
+
+
+@runtime_checkable
+class PlanStrategy(Protocol):
+    """A custom parallel strategy in the seed's shape: a list of WorkUnit per round."""
+
+    def plan(self, n_workers: int, round_index: int, keys: Sequence[str]
+             ) -> Sequence[WorkUnit]: ...
 
 
 class DataParallel:
@@ -158,3 +183,80 @@ class PipelineParallel:
             "and evolve() evolves exactly one artifact. Evolve each stage with its own evolve() "
             "call, or use DataParallel() / TensorParallel(n_sections, route=) for one artifact"
         )
+
+
+class Planned:
+    """A ``plan(n_workers, round_index, keys) -> [WorkUnit]`` strategy as a ParallelMode.
+
+    ``assign`` plans round 1; :meth:`shards_for` plans any later round, so a
+    strategy can rotate its blocks from round to round.  A worker without a
+    unit idles that round.  Every unit is checked: a worker id outside
+    ``range(n_workers)``, a worker planned twice, or a task id that is not a
+    train task raises ContractError naming the plan.
+    """
+
+    def __init__(self, planner: PlanStrategy) -> None:
+        self.planner = planner
+        self.name = str(getattr(planner, "name", type(planner).__name__))
+        self._train: tuple[str, ...] = ()
+        self._n_workers = 0
+
+    def __repr__(self) -> str:
+        return f"Planned({self.planner!r})"
+
+    def assign(
+        self, train: Sequence[Task], n_workers: int, keys: Sequence[str] | None = None
+    ) -> list[Shard]:
+        self._train = tuple(t.id for t in train)
+        self._n_workers = n_workers
+        return self.shards_for(1)
+
+    def shards_for(self, round_index: int) -> list[Shard]:
+        """The shards of round ``round_index`` (1-based), from the planner's WorkUnits."""
+        where = f"{self.name}.plan({self._n_workers}, {round_index}, keys)"
+        units: object = self.planner.plan(self._n_workers, round_index, list(self._train))
+        if isinstance(units, (str, bytes)) or not isinstance(units, Sequence):
+            raise ContractError(f"{where} returned {type(units).__name__}; it must return a "
+                                "list of WorkUnit(worker=i, keys=[task ids])")
+        known = set(self._train)
+        shards = [Shard(()) for _ in range(self._n_workers)]
+        planned: set[int] = set()
+        for unit in units:
+            if not isinstance(unit, WorkUnit):
+                raise ContractError(f"{where} returned a {type(unit).__name__} in its list; "
+                                    "each item must be a WorkUnit(worker=i, keys=[task ids])")
+            if isinstance(unit.worker, bool) or not isinstance(unit.worker, int) \
+                    or not 0 <= unit.worker < self._n_workers:
+                raise ContractError(f"{where} planned worker {unit.worker!r}; workers are "
+                                    f"0 .. {self._n_workers - 1} (n_workers={self._n_workers})")
+            if unit.worker in planned:
+                raise ContractError(f"{where} planned worker {unit.worker} twice; give each "
+                                    "worker at most one WorkUnit")
+            planned.add(unit.worker)
+            tasks = tuple(str(k) for k in unit.keys)
+            unknown = [k for k in tasks if k not in known]
+            if unknown:
+                raise ContractError(f"{where} gave worker {unit.worker} {unknown[:3]}, which "
+                                    "are not train task ids; WorkUnit.keys must be taken from "
+                                    "the keys plan() is given")
+            allowed = None if unit.allowed_keys is None else frozenset(unit.allowed_keys)
+            shards[unit.worker] = Shard(tasks, allowed)
+        return shards
+
+
+def as_mode(parallel: ParallelMode | PlanStrategy | object | None) -> ParallelMode:
+    """``parallel=`` as a ParallelMode: DataParallel by default, a planner adapted.
+
+    ContractError when the object has neither ``assign`` nor ``plan``.
+    """
+    if parallel is None:
+        return DataParallel()
+    if callable(getattr(parallel, "assign", None)):
+        return cast(ParallelMode, parallel)
+    if callable(getattr(parallel, "plan", None)):
+        return Planned(cast(PlanStrategy, parallel))
+    raise ContractError(
+        f"parallel={parallel!r} is not a parallel mode: pass DataParallel(), "
+        "TensorParallel(n_sections, route=), or an object with "
+        "plan(n_workers, round_index, keys) returning [WorkUnit(worker=i, keys=[task ids])]"
+    )

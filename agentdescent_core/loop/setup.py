@@ -11,6 +11,7 @@ around a ledger and a verifier the caller already has.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import warnings
@@ -31,7 +32,7 @@ from agentdescent_core.artifacts.diff import Diff
 from agentdescent_core.artifacts.filetree import FileTree
 from agentdescent_core.artifacts.strategies import Strategy
 from agentdescent_core.codec import StateCodec, codec_for
-from agentdescent_core.errors import ContractError, LedgerError
+from agentdescent_core.errors import AgentDescentError, ContractError, LedgerError
 from agentdescent_core.evaluation.callable import CallableVerifier, callable_name
 from agentdescent_core.evaluation.protocol import TaskSplit
 from agentdescent_core.governance import check_artifact_id
@@ -39,7 +40,7 @@ from agentdescent_core.ledger.ledger import Ledger
 from agentdescent_core.ledger.message import Evidence
 from agentdescent_core.ledger.plumbing import RefUpdate
 from agentdescent_core.loop.budget import Budget
-from agentdescent_core.loop.parallel import DataParallel, ParallelMode, Shard
+from agentdescent_core.loop.parallel import ParallelMode, Planned, PlanStrategy, Shard, as_mode
 from agentdescent_core.loop.sampling import TaskSampler
 from agentdescent_core.loop.worker import (
     Actor,
@@ -112,6 +113,7 @@ def open_ledger(
     strategy: Strategy,
     codec: StateCodec,
     artifact_id: str,
+    initial_state: Mapping[str, str] | None = None,
 ) -> tuple[Ledger, bool]:
     """The run's ledger and whether an earlier run's artifact was found (resume).
 
@@ -119,9 +121,12 @@ def open_ledger(
     missing or empty directory: a new repository there holding the initial
     artifact.  With an existing repository: its ledger branches are reused (the
     artifact continues from dev) or created from HEAD, and the initial artifact
-    is committed on dev when HEAD does not already hold it.
+    is committed on dev when HEAD does not already hold it.  ``initial_state``
+    (already checked by :func:`check_initial_state`) replaces
+    ``strategy.initial()`` as the initial artifact; on a resume it is ignored,
+    with a RuntimeWarning.
     """
-    initial = strategy.initial()
+    initial = dict(initial_state) if initial_state is not None else strategy.initial()
     files = {p: t for p, t in codec.to_files(initial).items() if t is not None}
     if repo_path is None:
         return Ledger.scratch(files, codec.tree), False
@@ -132,6 +137,12 @@ def open_ledger(
         ledger = Ledger(path, codec.tree)
     branches = ledger.ensure_branches("HEAD")
     if branches.resumed:
+        if initial_state is not None:
+            warnings.warn(
+                f"initial_state= is ignored: {path} already holds this run's artifact, and "
+                "the run continues from its dev branch; pass a fresh repo_path to start over",
+                RuntimeWarning, stacklevel=4,
+            )
         return ledger, True
     present = codec.from_files(ledger.read_state(ledger.head("dev")))
     ops: dict[str, str | None] = {k: v for k, v in initial.items() if present.get(k) != v}
@@ -176,6 +187,13 @@ class RunParts:
     scratch: bool
     owns_verifier: bool = True
     owns_ledger: bool = True
+    planner: Planned | None = None
+
+    def shards_for(self, round_index: int) -> list[Shard]:
+        """The workers' shards in round ``round_index``: re-planned for a plan() strategy."""
+        if self.planner is None or round_index <= 1:
+            return self.shards
+        return self.planner.shards_for(round_index)
 
     def close(self) -> None:
         self.ctx.stop.set()  # abandoned units stop calling the backend at their next step
@@ -203,6 +221,60 @@ def check_strategy(strategy: Strategy) -> None:
             )
 
 
+def check_initial_state(initial_state: object, strategy: Strategy, codec: StateCodec
+                        ) -> dict[str, str]:
+    """``initial_state=`` as a plain dict, or a ValueError saying what is wrong with it.
+
+    It must be a ``{key: text}`` mapping of strings, with keys the strategy
+    has: a KeyedRules category, a FileTree path under its roots.
+    """
+    if not isinstance(initial_state, Mapping):
+        raise ValueError(
+            f"initial_state must be a {{key: text}} mapping (a strategy's state), got "
+            f"{type(initial_state).__name__}"
+        )
+    bad = [k for k, v in initial_state.items() if not isinstance(k, str) or not isinstance(v, str)]
+    if bad:
+        raise ValueError(f"initial_state must map str keys to str text; {bad[:3]!r} do not")
+    state = dict(initial_state)
+    categories = getattr(strategy, "categories", None)
+    if isinstance(categories, (list, tuple)) and categories:
+        unknown = sorted(set(state) - {str(c) for c in categories})
+        if unknown:
+            raise ValueError(
+                f"initial_state has key(s) {unknown[:3]} that are not categories of "
+                f"{type(strategy).__name__} ({list(categories)[:8]}); use those keys"
+            )
+    if isinstance(strategy, FileTree):
+        try:
+            codec.tree.validate_ops(dict(state))
+        except (ValueError, AgentDescentError) as exc:
+            raise ValueError(f"initial_state is not a valid FileTree state: {exc}") from None
+    return state
+
+
+def config_with(agg_config: AggregatorConfig | None, **knobs: object) -> AggregatorConfig | None:
+    """``agg_config`` with the evolve()-level knobs that were given (not None) set on it.
+
+    ValueError when ``agg_config`` already sets one of them to another value:
+    which one the caller meant cannot be guessed.
+    """
+    given = {name: value for name, value in knobs.items() if value is not None}
+    if not given:
+        return agg_config
+    if agg_config is None:
+        return AggregatorConfig(**given)  # type: ignore[arg-type]
+    default = AggregatorConfig()
+    for name, value in given.items():
+        current = getattr(agg_config, name)
+        if current != getattr(default, name) and current != value:
+            raise ValueError(
+                f"{name}={value!r} was given to evolve() and agg_config sets {name}={current!r}; "
+                "pass it in one place"
+            )
+    return dataclasses.replace(agg_config, **given)  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True)
 class ResolvedOptions:
     """What a run decides before it touches a ledger: shards, staleness policy, config."""
@@ -210,6 +282,7 @@ class ResolvedOptions:
     shards: list[Shard]
     policy: StalenessPolicy
     config: AggregatorConfig
+    planner: Planned | None = None  # a plan() strategy, asked again every round
 
 
 def resolve_options(
@@ -217,7 +290,7 @@ def resolve_options(
     train: Sequence[Task],
     keys_state: Mapping[str, str],
     strategy: Strategy,
-    parallel: ParallelMode | None,
+    parallel: ParallelMode | PlanStrategy | None,
     staleness_policy: StalenessPolicy | str | None,
     agg_config: AggregatorConfig | None,
     n_workers: int,
@@ -227,13 +300,13 @@ def resolve_options(
     ``keys_state`` is the artifact state whose keys a TensorParallel split
     cuts into sections.
     """
-    mode = parallel if parallel is not None else DataParallel()
+    mode = as_mode(parallel)
     shards = mode.assign(list(train), n_workers, _keys_for_sections(strategy, dict(keys_state)))
     if isinstance(staleness_policy, str):
         staleness_policy = get_policy(staleness_policy)
     policy = staleness_policy if staleness_policy is not None else get_policy()
     config = agg_config if agg_config is not None else AggregatorConfig()
-    return ResolvedOptions(shards, policy, config)
+    return ResolvedOptions(shards, policy, config, mode if isinstance(mode, Planned) else None)
 
 
 def wire_run(
@@ -292,7 +365,8 @@ def wire_run(
     return RunParts(split=split, strategy=strategy, ledger=ledger, store=store,
                     verifier=verifier, aggregator=aggregator, budget=budget, ctx=ctx,
                     shards=options.shards, resumed=resumed, scratch=scratch,
-                    owns_verifier=owns_verifier, owns_ledger=owns_ledger)
+                    owns_verifier=owns_verifier, owns_ledger=owns_ledger,
+                    planner=options.planner)
 
 
 def build_run(
@@ -301,7 +375,7 @@ def build_run(
     actor: Actor,
     *,
     strategy: Strategy,
-    parallel: ParallelMode | None,
+    parallel: ParallelMode | PlanStrategy | None,
     task_sampler: TaskSampler,
     blast_radius: float,
     agg_config: AggregatorConfig | None,
@@ -316,19 +390,24 @@ def build_run(
     eval_concurrency: int,
     artifact_id: str,
     guardrails: Guardrails | None = None,
+    initial_state: Mapping[str, str] | None = None,
 ) -> RunParts:
     check_signatures(actor, reward)
     check_strategy(strategy)
     check_artifact_id(artifact_id)
+    codec = codec_for(strategy)
+    if initial_state is not None:
+        initial_state = check_initial_state(initial_state, strategy, codec)
     split = split_tasks(tasks, held_out_frac, shuffle=shuffle, seed=seed)
     by_id = {t.id: t for t in tasks}
     options = resolve_options(
-        train=[by_id[t] for t in split.train], keys_state=strategy.initial(), strategy=strategy,
+        train=[by_id[t] for t in split.train],
+        keys_state=initial_state if initial_state is not None else strategy.initial(),
+        strategy=strategy,
         parallel=parallel, staleness_policy=staleness_policy, agg_config=agg_config,
         n_workers=n_workers,
     )
-    codec = codec_for(strategy)
-    ledger, resumed = open_ledger(repo_path, strategy, codec, artifact_id)
+    ledger, resumed = open_ledger(repo_path, strategy, codec, artifact_id, initial_state)
     try:
         verifier = CallableVerifier(
             tasks, actor.run, reward, strategy.render, split,

@@ -1,7 +1,8 @@
 """Proposers: the LLM agent, the model clients and the reflector that turn failing tasks into edits.
 
 Submodules, one role each: ``agent`` (an actor built on any ``prompt -> text``
-completion: :class:`LLMAgent`, ``reflector``), ``models`` (SDK-backed model
+completion: :class:`LLMAgent`, ``reflector``), ``completions`` (``claude()`` and
+``openai_compatible()``: a model as such a completion), ``models`` (SDK-backed model
 clients and their accounting), ``pricing`` (USD per token), ``llm_cache``
 (record / replay of model calls), ``protocol`` (the edit answer format),
 ``guardrails`` (secrets and risky scripts in proposals), ``reflector`` (the
@@ -21,6 +22,9 @@ _EXPORTS: dict[str, str] = {
     "Completion": "agentdescent_core.proposers.agent",
     "LLMAgent": "agentdescent_core.proposers.agent",
     "from_callable": "agentdescent_core.proposers.agent",
+    "ModelCompletion": "agentdescent_core.proposers.completions",
+    "claude": "agentdescent_core.proposers.completions",
+    "openai_compatible": "agentdescent_core.proposers.completions",
     "ModelSpec": "agentdescent_core.proposers.models",
     "ModelClient": "agentdescent_core.proposers.models",
     "ModelBackendError": "agentdescent_core.proposers.models",
@@ -63,6 +67,9 @@ if TYPE_CHECKING:
     from agentdescent_core.proposers.agent import Completion as Completion
     from agentdescent_core.proposers.agent import LLMAgent as LLMAgent
     from agentdescent_core.proposers.agent import from_callable as from_callable
+    from agentdescent_core.proposers.completions import ModelCompletion as ModelCompletion
+    from agentdescent_core.proposers.completions import claude as claude
+    from agentdescent_core.proposers.completions import openai_compatible as openai_compatible
     from agentdescent_core.proposers.guardrails import Guardrails as Guardrails
     from agentdescent_core.proposers.guardrails import parse_guardrails as parse_guardrails
     from agentdescent_core.proposers.llm_cache import CachedAnswer as CachedAnswer

@@ -299,16 +299,20 @@ POLICIES: dict[str, type[BettingPolicy] | type[PairedPolicy] | type[BetaPolicy]]
 }
 
 
-def policy_for(name: str, repeats: int = DEFAULT_REPEATS) -> AcceptancePolicy:
+def policy_for(name: str, repeats: int = DEFAULT_REPEATS, *,
+               base_delta: float | None = None) -> AcceptancePolicy:
     """The policy ``name`` as ``--evolve-repeats repeats`` configures it.
 
     ``betting``: a budget of ``PAIRS_PER_REPEAT * repeats`` pairs per task on
-    average; ``paired``: ``repeats`` at the first look; ``beta``: unaffected.
+    average; ``paired``: ``repeats`` at the first look; ``beta``: unaffected by
+    ``repeats``, its starting tolerance is ``base_delta`` when one is given.
     """
     if name == "betting":
         return get_acceptance_policy(name, repeats=float(PAIRS_PER_REPEAT * repeats))
     if name == "paired":
         return get_acceptance_policy(name, repeats=repeats)
+    if name == "beta" and base_delta is not None:
+        return get_acceptance_policy(name, base_delta=float(base_delta))
     return get_acceptance_policy(name)
 
 
