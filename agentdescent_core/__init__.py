@@ -69,24 +69,38 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from agentdescent_core.aggregator import AggregatorConfig
-    from agentdescent_core.artifacts import AppendRules, Diff, FileTree, KeyedRules, SingleSlot
-    from agentdescent_core.errors import AgentDescentError, ContractError, RefusalError
+    from agentdescent_core.aggregator import AggregatorConfig as AggregatorConfig
+    from agentdescent_core.artifacts import (
+        AppendRules as AppendRules,
+        Diff as Diff,
+        FileTree as FileTree,
+        KeyedRules as KeyedRules,
+        SingleSlot as SingleSlot,
+    )
+    from agentdescent_core.errors import (
+        AgentDescentError as AgentDescentError,
+        ContractError as ContractError,
+        RefusalError as RefusalError,
+    )
     from agentdescent_core.loop import (
-        DataParallel,
-        EvolutionResult,
-        LoopKernel,
-        PipelineParallel,
-        RoundInfo,
-        SqliteRunStore,
-        TensorParallel,
-        run_controller,
+        DataParallel as DataParallel,
+        EvolutionResult as EvolutionResult,
+        LoopKernel as LoopKernel,
+        PipelineParallel as PipelineParallel,
+        RoundInfo as RoundInfo,
+        SqliteRunStore as SqliteRunStore,
+        TensorParallel as TensorParallel,
+        run_controller as run_controller,
     )
 
     # From their own modules: a function named like its module confuses mypy's
     # import-cycle handling when imported through the package.
-    from agentdescent_core.loop.async_evolve import async_evolve
-    from agentdescent_core.loop.evolve import evolve
-    from agentdescent_core.proposers.agent import LLMAgent, reflector
-    from agentdescent_core.staleness import Full, Guarded, Reflective
-    from agentdescent_core.tasks import Task
+    from agentdescent_core.loop.async_evolve import async_evolve as async_evolve
+    from agentdescent_core.loop.evolve import evolve as evolve
+    from agentdescent_core.proposers.agent import LLMAgent as LLMAgent, reflector as reflector
+    from agentdescent_core.staleness import (
+        Full as Full,
+        Guarded as Guarded,
+        Reflective as Reflective,
+    )
+    from agentdescent_core.tasks import Task as Task
