@@ -170,6 +170,30 @@ def test_every_package_export_resolves() -> None:
         assert not missing, package
 
 
+def test_strict_type_checkers_see_every_export(tmp_path: Path) -> None:
+    """A user's ``mypy --strict`` accepts ``from agentdescent_core import evolve``.
+
+    The exports are lazy, so the names reach type checkers only through the
+    ``TYPE_CHECKING`` imports; a plain import there is private to mypy's strict
+    mode ("does not explicitly export"), the ``import X as X`` form is not.
+    """
+    lines = []
+    for init in sorted(ENGINE.rglob("__init__.py")):
+        package = ".".join(init.parent.relative_to(ROOT).parts)
+        names = sorted(getattr(importlib.import_module(package), "__all__", ()))
+        if names:
+            lines.append(f"from {package} import {', '.join(names)}")
+            lines.append(f"print({', '.join(names)})")
+    user = tmp_path / "user_code.py"
+    user.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent",
+         "--config-file", "", "--cache-dir", str(ROOT / ".mypy_cache" / "strict-user"),
+         str(user)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_implementation_modules_declare_no_all() -> None:
     declaring = []
     for path in sorted(ENGINE.rglob("*.py")):

@@ -17,8 +17,8 @@ _LAZY = {"SandboxedVerifier": "agentdescent_core.evaluation.sandboxed",
          "EvalCache": "agentdescent_core.evaluation.cache"}
 
 if TYPE_CHECKING:
-    from agentdescent_core.evaluation.cache import EvalCache
-    from agentdescent_core.evaluation.sandboxed import SandboxedVerifier
+    from agentdescent_core.evaluation.cache import EvalCache as EvalCache
+    from agentdescent_core.evaluation.sandboxed import SandboxedVerifier as SandboxedVerifier
 
 
 def __getattr__(name: str) -> Any:

@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from agentdescent_core.sandbox.workspace import Workspace
+    from agentdescent_core.sandbox.workspace import Workspace as Workspace
 
 
 def __getattr__(name: str) -> Any:

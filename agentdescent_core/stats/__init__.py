@@ -77,37 +77,41 @@ __all__ = [
 
 if TYPE_CHECKING:
     from agentdescent_core.stats.beta import (
-        annealed_delta,
-        pooled_improvement,
-        posterior_improvement,
+        annealed_delta as annealed_delta,
+        pooled_improvement as pooled_improvement,
+        posterior_improvement as posterior_improvement,
     )
-    from agentdescent_core.stats.betting import BettingPolicy, BettingTest, kelly_bet
+    from agentdescent_core.stats.betting import (
+        BettingPolicy as BettingPolicy,
+        BettingTest as BettingTest,
+        kelly_bet as kelly_bet,
+    )
     from agentdescent_core.stats.permutation import (
-        STATISTICS,
-        PermutationResult,
-        Statistic,
-        permutation_test,
+        STATISTICS as STATISTICS,
+        PermutationResult as PermutationResult,
+        Statistic as Statistic,
+        permutation_test as permutation_test,
     )
     from agentdescent_core.stats.policies import (
-        DEFAULT_POLICY,
-        DEFAULT_REPEATS,
-        PAIRS_PER_REPEAT,
-        POLICIES,
-        AcceptancePolicy,
-        BetaPolicy,
-        PairedPolicy,
-        Sequential,
-        baseline_repeats,
-        get_acceptance_policy,
-        policy_for,
+        DEFAULT_POLICY as DEFAULT_POLICY,
+        DEFAULT_REPEATS as DEFAULT_REPEATS,
+        PAIRS_PER_REPEAT as PAIRS_PER_REPEAT,
+        POLICIES as POLICIES,
+        AcceptancePolicy as AcceptancePolicy,
+        BetaPolicy as BetaPolicy,
+        PairedPolicy as PairedPolicy,
+        Sequential as Sequential,
+        baseline_repeats as baseline_repeats,
+        get_acceptance_policy as get_acceptance_policy,
+        policy_for as policy_for,
     )
     from agentdescent_core.stats.samples import (
-        PASS_THRESHOLD,
-        AcceptanceDecision,
-        Flip,
-        FlipKind,
-        TaskSamples,
-        find_flips,
+        PASS_THRESHOLD as PASS_THRESHOLD,
+        AcceptanceDecision as AcceptanceDecision,
+        Flip as Flip,
+        FlipKind as FlipKind,
+        TaskSamples as TaskSamples,
+        find_flips as find_flips,
     )
 
 
