@@ -19,7 +19,7 @@ from conftest import user_git, write
 from test_session_runs import RULES, evolve, explain, make_agent_repo, report_of
 
 from agentdescent_core.artifacts.strategies import AppendRules
-from agentdescent_core.errors import LedgerError
+from agentdescent_core.errors import LedgerError, RefusalError
 from agentdescent_core.loop import evolve as engine_evolve
 from agentdescent_core.loop.schedule import SessionEntry, SessionHistory, sessions_ref
 from agentdescent_core.memory import (
@@ -280,3 +280,42 @@ def test_a_second_local_run_sees_the_first_runs_attempts_from_the_state_dir(
     shown = seen(log)[calls]["history"]
     assert [a["summary"].splitlines()[-1].strip() for a in shown] == ["+- hello: hi"]
     assert user_git(repo, "for-each-ref", "refs/agentdescent/") == ""  # no session ref
+
+
+def test_the_model_proposer_is_shown_earlier_sessions_rejections_once() -> None:
+    import random
+
+    from agentdescent_core.artifacts.filetree import FileTree
+    from agentdescent_core.proposers.guardrails import Guardrails
+    from agentdescent_core.proposers.models import ModelClient
+    from agentdescent_core.proposers.reflector import load_templates
+    from pytest_agentdescent.hooks import Failure, ProposeContext
+    from pytest_agentdescent.model_proposer import ModelProposer
+
+    prompts: list[str] = []
+
+    def model(system: str, user: str) -> str:
+        prompts.append(user)
+        return "no edit today"
+
+    proposer = ModelProposer(ModelClient.from_callable(model), spec="callable:test",
+                             tree=FileTree(["skills"]), guardrails=Guardrails(env={}),
+                             templates=load_templates(), frozen="tests")
+    failure = Failure("tests/test_bot.py::test_hello", "failed", 0.0,
+                      "AssertionError: missing rule: hello", "", "def test_hello(): ...")
+    history = (
+        attempt(tasks=(failure.nodeid,), summary="edited skills/rules.md:\n  +- hello: wave",
+                reason="diff 0123abcd by worker-0: P(improvement) 0.40 < 0.95",
+                rationale="greet"),
+        attempt(KEY_B, tasks=(failure.nodeid,), category="committed", reason="v1",
+                summary="edited skills/rules.md:\n  +- bye: wave"),
+    )
+    context = ProposeContext(files={"skills/rules.md": "# Rules\n"}, roots=("skills",),
+                             failures=(failure,), round=1, worker="worker-0", version=0,
+                             rng=random.Random(0), history=history)
+    with pytest.raises(RefusalError):
+        proposer.pytest_evolve_propose(context=context)
+    assert "+- hello: wave" in prompts[0]
+    assert "rationale: greet" in prompts[0]
+    assert "rejected because: below-threshold: P(improvement) 0.40 < 0.95" in prompts[0]
+    assert "+- bye: wave" not in prompts[0]  # what worked is not fed back as rejected
