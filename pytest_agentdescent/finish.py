@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from agentdescent_core.ledger.ledger import Ledger
     from agentdescent_core.loop.result import EvolutionResult
     from agentdescent_core.loop.schedule import SessionDecision
+    from agentdescent_core.memory import AttemptMemory
     from pytest_agentdescent.collect import EvolvePlan
 
 
@@ -71,13 +72,15 @@ def finish_run(
     base: str,
     state_dir: Path,
     started_at: float,
+    memory: AttemptMemory | None = None,
 ) -> Finished:
     """Build and write the report, record the session, publish: in that order.
 
     ``before`` / ``after`` are the per-task rewards (:func:`measure_per_task`).
     ``broken`` says the baseline could not be measured: then the branches this
     run ``created`` are removed again.  ``extra`` are the report fields only the
-    controller knows (model, sandbox, warnings, ...).
+    controller knows (model, sandbox, warnings, ...).  ``memory``, the attempts
+    so far, goes beside the session entry on the sessions ref.
     """
     from agentdescent_core.report import build_report, render_markdown
 
@@ -99,7 +102,7 @@ def finish_run(
                                      "and could not measure its baseline")
     if decision is not None:
         problem = record_session(plan.layout.root, settings.branch_prefix, report, decision,
-                                 split.eval_tasks, started_at)
+                                 split.eval_tasks, started_at, memory=memory)
         if problem is not None:
             finished.warnings.append(problem)
     if settings.pr:
@@ -137,8 +140,9 @@ def per_task(verifier: SandboxedVerifier, state: Mapping[str, str], tasks: Seque
 
 def record_session(repo_root: Path, prefix: str, report: Mapping[str, Any],
                    decision: SessionDecision, tasks: Sequence[str],
-                   started_at: float) -> str | None:
-    """Append this session to the history; a warning text when it could not be recorded."""
+                   started_at: float, *, memory: AttemptMemory | None = None) -> str | None:
+    """Append this session to the history (and ``memory`` beside it, in the same commit);
+    a warning text when it could not be recorded."""
     from agentdescent_core.errors import LedgerError
     from agentdescent_core.loop.schedule import SessionEntry, SessionHistory
 
@@ -154,7 +158,7 @@ def record_session(repo_root: Path, prefix: str, report: Mapping[str, Any],
     )
     try:
         with SessionHistory(repo_root, prefix=prefix) as history:
-            history.append(entry)
+            history.append(entry, memory=memory)
     except LedgerError as exc:
         return f"this session was not recorded in the session history: {exc}"
     return None

@@ -14,7 +14,10 @@ from typing import Any
 
 import pytest
 
+from agentdescent_core.memory import Attempt
+
 __all__ = [
+    "Attempt",
     "Failure",
     "ProposeContext",
     "RoundSummary",
@@ -50,6 +53,12 @@ class ProposeContext:
     ``worker`` and ``version`` say where in the run this proposal is made, and
     ``rng`` is a ``random.Random`` seeded from ``--evolve-seed``, the round and
     the worker, so a proposer that draws from it is reproducible.
+
+    ``history`` is what was already tried for these failing tests, in this run
+    and in earlier runs and scheduled sessions: one :class:`Attempt` per
+    distinct edit (oldest first) with its verdict — ``category`` (such as
+    ``below-threshold``, ``guard-failed`` or ``committed``), ``reason``, the
+    evidence and the train tests it flipped.  Held-out tests never appear in it.
     """
 
     files: Mapping[str, str]
@@ -59,6 +68,7 @@ class ProposeContext:
     worker: str
     version: int
     rng: random.Random = field(compare=False, repr=False)
+    history: tuple[Attempt, ...] = ()
 
 
 @dataclass(frozen=True)

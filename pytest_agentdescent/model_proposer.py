@@ -14,7 +14,8 @@ per task so the next prompt for those tasks shows what was tried and why it
 failed.  Proposals the aggregator turns down later (below threshold, a guard,
 a disqualification) are matched back from the round's messages by the
 candidate key (``diff <key8> by worker-N``) or the worker's name, and are
-remembered the same way.
+remembered the same way.  What earlier runs and scheduled sessions tried
+arrives in ``context.history`` (the memory of attempts) and joins that list.
 
 When to stop instead of going on: the model endpoint failing before it ever
 answered (a wrong base URL, a dead server) ends the run at once with the error
@@ -146,7 +147,7 @@ class ModelProposer:
             failures=[FailureInfo(f.nodeid, f.message, f.output, f.source)
                       for f in context.failures],
             frozen=self._frozen,
-            rejected=self.rejected_for(tasks),
+            rejected=_with_history(context, self.rejected_for(tasks)),
             budget=self._budget_chars,
         ), self._templates)
         self._check_spend(system, user)
@@ -330,6 +331,17 @@ def _decision_for(item: _Pending, messages: Sequence[str]) -> str | None:
         if worker.search(message) and "refused by the proposer" not in message:
             return message
     return None
+
+
+def _with_history(context: ProposeContext, rejected: Sequence[RejectedProposal]
+                  ) -> list[RejectedProposal]:
+    """The rejected attempts of ``context.history`` (earlier runs and sessions too), then
+    the ones this proposer remembers itself; an edit both know is shown once."""
+    own = {r.summary for r in rejected}
+    earlier = [RejectedProposal("\n".join(p for p in (
+        f"rationale: {_clip(a.rationale)}" if a.rationale else "", a.summary) if p),
+        f"{a.category}: {_LABEL.sub('', a.reason)}") for a in context.history if not a.accepted]
+    return list(dict.fromkeys([*(r for r in earlier if r.summary not in own), *rejected]))
 
 
 def _withhold_secrets(summary: str, ops: Mapping[str, str | None]) -> str:

@@ -18,6 +18,12 @@ An answer may carry its reason: a mapping with a ``rationale`` attribute (such
 as :class:`Edits`, which the model proposer returns) keeps it on its way to
 the Diff, hence to the commit message and the report; a plain dict has none,
 so the hook contract stays ``{path: text or None}``.
+
+Memory of what was tried: with a :class:`~agentdescent_core.memory.AttemptMemory`
+every answer is remembered until its round's verdicts come back
+(:meth:`HookProposer.observe_round`), then kept with its verdict; a context's
+``history`` shows the attempts made for its failing tests, never naming a
+held-out test.
 """
 
 from __future__ import annotations
@@ -26,17 +32,22 @@ import random
 import threading
 import traceback
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from agentdescent_core.errors import AgentDescentError, ContractError
+from agentdescent_core.errors import AgentDescentError, ContractError, RefusalError
 from agentdescent_core.evaluation.records import TestRecord
 from agentdescent_core.evaluation.sandboxed import Observation, SandboxedVerifier, record_reward
 from agentdescent_core.loop.worker import ProposalSite
 from agentdescent_core.tasks import Task
 from pytest_agentdescent.hooks import Failure, ProposeContext
+
+if TYPE_CHECKING:
+    from agentdescent_core.loop.result import RoundInfo
+    from agentdescent_core.memory import AttemptMemory, Verdict
 
 #: The last lines of a hook's traceback worth showing in the error.
 _TRACE_LINES = 12
@@ -81,6 +92,9 @@ class HookProposer:
     ``verifier`` answers which other train tasks fail at the same state (from
     what it already measured: nothing is run for it); ``sources`` maps node
     ids to the test functions' source.  ``calls`` counts hook calls.
+    ``memory`` (optional) is shown to the hook as ``context.history`` and
+    records every answer with its verdict; ``hidden`` are the held-out test
+    ids, which are never shown.
     """
 
     wants_site = True
@@ -97,6 +111,8 @@ class HookProposer:
         train: Sequence[str],
         sources: Mapping[str, str],
         seed: int,
+        memory: AttemptMemory | None = None,
+        hidden: Sequence[str] = (),
     ) -> None:
         self._config = config
         self._verifier = verifier
@@ -107,6 +123,9 @@ class HookProposer:
         self._seed = seed
         self._lock = threading.Lock()
         self._calls = 0
+        self.memory = memory
+        self._hidden = tuple(hidden)
+        self._pending: list[_Pending] = []
 
     @property
     def calls(self) -> int:
@@ -116,21 +135,28 @@ class HookProposer:
     def __call__(self, rendered: str, task: Task, output: Any, score: float, *,
                  site: ProposalSite) -> dict[str, str | None] | None:
         files, record = _unpack(output, task, score)
+        failures = self._failures(files, task.id, record, score)
+        tasks = tuple(f.nodeid for f in failures)
         context = ProposeContext(
             files=dict(files),
             roots=self._roots,
-            failures=self._failures(files, task.id, record, score),
+            failures=failures,
             round=site.round,
             worker=site.worker,
             version=site.version,
             rng=random.Random(f"{self._seed}:{site.round}:{site.worker}:{site.version}"),
+            history=(self.memory.for_tasks(tasks, hidden=self._hidden)
+                     if self.memory is not None else ()),
         )
         with self._lock:
             self._calls += 1
         try:
             answer = self._config.hook.pytest_evolve_propose(context=context)
+        except RefusalError as refusal:
+            self._remember_refusal(site, tasks, refusal)
+            raise
         except AgentDescentError:
-            raise  # a refusal, a dead backend or the budget's stop: the engine's vocabulary
+            raise  # a dead backend or the budget's stop: the engine's vocabulary
         except Exception as exc:
             lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
             tail = "".join(lines[-_TRACE_LINES:]).rstrip()
@@ -138,7 +164,77 @@ class HookProposer:
                 f"pytest_evolve_propose raised {type(exc).__name__}: {exc} (round {site.round}, "
                 f"{site.worker}); fix the hook — the run stops rather than retry it.\n{tail}"
             ) from exc
-        return _checked(answer)
+        edits = _checked(answer)
+        if edits is not None and self.memory is not None:
+            self._expect(site, tasks, files, edits)
+        return edits
+
+    # ---------------------------------------------------------------- memory
+
+    def _expect(self, site: ProposalSite, tasks: tuple[str, ...], files: Mapping[str, str],
+                edits: Mapping[str, str | None]) -> None:
+        """Remember an answer until its round's verdict says what became of it."""
+        from agentdescent_core.memory import content_key, describe_edit
+
+        changed = {p: v for p, v in edits.items()
+                   if files.get(p) != v and not (v is None and p not in files)}
+        if not changed:
+            return
+        with self._lock:
+            self._pending.append(_Pending(
+                site.round, site.worker, tasks, content_key(changed),
+                describe_edit(files, changed), str(getattr(edits, "rationale", "")),
+                tuple(sorted(changed))))
+
+    def _remember_refusal(self, site: ProposalSite, tasks: tuple[str, ...],
+                          refusal: RefusalError) -> None:
+        if self.memory is None:
+            return
+        from agentdescent_core.memory import Attempt
+
+        self.memory.record(Attempt(
+            key="", tasks=self._shown(tasks), category=refusal.category,
+            reason=f"refused by the proposer ({refusal.code}): {refusal.message}",
+            summary=f"an answer refused before it became an edit ({site.worker})",
+            round=site.round).hiding(self._hidden))
+
+    def observe_round(self, info: RoundInfo) -> int:
+        """Keep this round's answers with their verdicts; how many were recorded.
+
+        An answer is matched to a verdict by the content hash of its edit, else
+        by its worker (a rebased or fused candidate).  A lost compare-and-swap
+        is no verdict yet (the card is re-filed); an answer no verdict names
+        (it lost the round's tournament, or failed its own re-run) is dropped.
+        """
+        if self.memory is None:
+            return 0
+        from agentdescent_core.memory import Attempt
+
+        with self._lock:
+            pending, self._pending = self._pending, []
+        kept: list[_Pending] = []
+        recorded = 0
+        used: set[tuple[int, str]] = set()
+        for item in pending:
+            verdict = _verdict_for(item, info, used)
+            if verdict is None or verdict.category == "cas-conflict":
+                if verdict is not None or item.round > info.round:
+                    kept.append(item)
+                continue
+            self.memory.record(Attempt(
+                key=item.key, tasks=self._shown(item.tasks), category=verdict.category,
+                reason=verdict.reason, summary=item.summary, rationale=item.rationale,
+                paths=item.paths, p_improvement=verdict.p_improvement,
+                reward_before=verdict.reward_before, reward_after=verdict.reward_after,
+                flips=tuple(f for f in verdict.flips if f[0] in self._train_set),
+                round=item.round).hiding(self._hidden))
+            recorded += 1
+        with self._lock:
+            self._pending[:0] = kept
+        return recorded
+
+    def _shown(self, tasks: Sequence[str]) -> tuple[str, ...]:
+        return tuple(t for t in tasks if t in self._train_set)
 
     def _failures(self, files: Mapping[str, str], asked: str, record: TestRecord | None,
                   score: float) -> tuple[Failure, ...]:
@@ -164,6 +260,35 @@ class HookProposer:
             output=record.output if record is not None else "",
             source=self._sources.get(nodeid, ""),
         )
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """An answer handed to the engine whose verdict the round will tell."""
+
+    round: int
+    worker: str
+    tasks: tuple[str, ...]
+    key: str
+    summary: str
+    rationale: str
+    paths: tuple[str, ...]
+
+
+def _verdict_for(item: _Pending, info: RoundInfo, used: set[tuple[int, str]]
+                 ) -> Verdict | None:
+    """The verdict about ``item``: by its content hash, else (in its own round) the first
+    verdict naming its worker that no other answer of that worker took."""
+    for verdict in info.verdicts:
+        if verdict.key and verdict.key == item.key:
+            return verdict
+    if item.round != info.round:
+        return None
+    for index, verdict in enumerate(info.verdicts):
+        if item.worker in verdict.workers and (index, item.worker) not in used:
+            used.add((index, item.worker))
+            return verdict
+    return None
 
 
 def _unpack(output: Any, task: Task, score: float

@@ -2,8 +2,9 @@
 
 The controller (:mod:`.session`) calls these around the engine so that it
 stays about pytest: which run this is (resume after a crash), whether another
-run already holds the repository, whether the operator asked to stop, and —
-for scheduled sessions — whether this session should evolve at all.
+run already holds the repository, whether the operator asked to stop, — for
+scheduled sessions — whether this session should evolve at all, and the memory
+of what earlier runs tried (:func:`load_memory`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from agentdescent_core.loop.lease import RepositoryLease
     from agentdescent_core.loop.result import EvolutionResult, RoundInfo
     from agentdescent_core.loop.schedule import SessionDecision
+    from agentdescent_core.memory import AttemptMemory
     from agentdescent_core.proposers.guardrails import Guardrails
     from pytest_agentdescent.collect import EvolvePlan
     from pytest_agentdescent.proposer import HookProposer
@@ -52,6 +54,39 @@ def run_key(settings: EvolveSettings, roots: Sequence[str], subdir: str) -> str:
     values.update(roots=list(roots), subdir=subdir)
     text = json.dumps(values, sort_keys=True, default=str)
     return "evolve:" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
+
+
+def memory_path(state_dir: Path) -> Path:
+    """``<state dir>/attempts.json``: the attempts of earlier runs in this checkout."""
+    from agentdescent_core.memory import ATTEMPTS_FILE
+
+    return state_dir / ATTEMPTS_FILE
+
+
+def load_memory(state_dir: Path, repo_root: Path, settings: EvolveSettings) -> AttemptMemory:
+    """What earlier runs tried: the state dir's memory, joined for scheduled sessions
+    (``evolve_session_patience``) with the one on ``refs/<prefix>sessions``, which is
+    what a CI runner that starts with an empty disk has.
+
+    Raises UsageError naming the file or ref when one is not readable.
+    """
+    from agentdescent_core.errors import LedgerError
+    from agentdescent_core.loop.schedule import SessionHistory
+    from agentdescent_core.memory import AttemptMemory
+
+    try:
+        memory = AttemptMemory.load(memory_path(state_dir))
+    except (ValueError, OSError, UnicodeDecodeError) as exc:
+        raise pytest.UsageError(f"pytest --evolve cannot read its memory of attempts: {exc}"
+                                ) from None
+    if settings.session_patience is not None and not settings.dry_run:
+        try:
+            with SessionHistory(repo_root, prefix=settings.branch_prefix) as history:
+                memory.merge(history.memory())
+        except LedgerError as exc:
+            raise pytest.UsageError(f"pytest --evolve cannot read the memory of attempts: "
+                                    f"{exc}") from None
+    return memory
 
 
 def kill_switch(state_dir: Path) -> KillSwitch:

@@ -251,10 +251,13 @@ class EvolveSession:
         from agentdescent_core.errors import AgentDescentError
         from pytest_agentdescent.finish import finish_run, measure_per_task
         from pytest_agentdescent.proposer import HookProposer
+        from pytest_agentdescent.runstate import load_memory, memory_path
 
         settings = self.settings
+        memory = load_memory(state_dir, plan.layout.root, settings)
         proposer = HookProposer(self.config, verifier, roots=plan.roots, train=plan.train,
-                                sources=plan.sources, seed=settings.seed)
+                                sources=plan.sources, seed=settings.seed, memory=memory,
+                                hidden=verifier.split.held_out)
         agg_config = AggregatorConfig(repeats=settings.repeats,
                                       promote_after=settings.promote_after,
                                       baseline_repeats=settings.baseline_repeats)
@@ -283,6 +286,10 @@ class EvolveSession:
                 verifier, (initial, result.state), agg_config.base_repeats)
         self.warnings.extend(dict.fromkeys(str(w.message) for w in caught
                                            if not issubclass(w.category, DeprecationWarning)))
+        try:
+            memory.save(memory_path(state_dir))
+        except OSError as exc:
+            self.warnings.append(f"the memory of attempts was not saved: {exc}")
         model = self._model
         finished = finish_run(
             result, settings=settings, plan=plan, ledger=ledger, split=verifier.split,
@@ -290,7 +297,7 @@ class EvolveSession:
             calls=proposer.calls, cost_usd=model.client.cost_usd if model else None,
             extra=self._report_fields(plan, sandbox, decision, verifier.evaluations),
             decision=decision, created=created, base=base, state_dir=state_dir,
-            started_at=self._started_at,
+            started_at=self._started_at, memory=memory,
         )
         self.warnings.extend(finished.warnings)
         self.finished = finished
@@ -517,6 +524,7 @@ class _Progress:
         calls = self._proposer.calls
         round_calls, self._calls = calls - self._calls, calls
         self.history.append(info)
+        self._proposer.observe_round(info)
         if self._model is not None:
             self._model.observe_round(info)
         self._session._out.line(round_line(

@@ -402,7 +402,8 @@ class _AsyncDriver(DriverBase):
                 self._wake_workers()
         self.note_reward(reward)
         self.emit(round_info(self.sweep, reward, reports, version=self.version,
-                             proposals=len(cards), seconds=time.monotonic() - started))
+                             proposals=len(cards), seconds=time.monotonic() - started,
+                             cards=cards))
         reached = self.stop_check(reward)
         if reached is not None:
             self.request_stop(reached)

@@ -301,7 +301,7 @@ class _SyncDriver(DriverBase):
         self.note_reward(reward)
         self.emit(round_info(
             round_index, reward, reports, version=self.version, proposals=len(cards),
-            worker_errors=len(failures), seconds=time.monotonic() - started,
+            worker_errors=len(failures), seconds=time.monotonic() - started, cards=cards,
         ))
         if budget_hit is not None:
             self.end_on_budget(budget_hit)

@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from agentdescent_core.evidence import MergeReport
+from agentdescent_core.evidence import EvidenceCard, MergeReport
+from agentdescent_core.memory import Verdict, verdict_of
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,9 @@ class RoundInfo:
     measured.  ``considered`` / ``discarded_stale`` / ``conflicts_dropped`` sum
     over the round's merge reports; ``fused`` counts commits whose winner was a
     fusion; ``merged`` counts commits; ``reasons`` tallies the categories.
+    ``verdicts`` holds one :class:`~agentdescent_core.memory.Verdict` per merge
+    decision (who proposed what, the evidence, the flips): what a memory of
+    attempts records.
     """
 
     round: int
@@ -43,6 +47,7 @@ class RoundInfo:
     proposals: int = 0
     worker_errors: int = 0
     seconds: float = 0.0
+    verdicts: tuple[Verdict, ...] = ()
 
     @property
     def held_out_reward(self) -> float | None:
@@ -52,6 +57,7 @@ class RoundInfo:
         data = asdict(self)
         data["reasons"] = dict(self.reasons)
         data["messages"] = list(self.messages)
+        data["verdicts"] = [asdict(v) for v in self.verdicts]
         return data
 
     @classmethod
@@ -59,6 +65,7 @@ class RoundInfo:
         fields = dict(data)
         fields["reasons"] = dict(fields.get("reasons", {}))
         fields["messages"] = tuple(fields.get("messages", ()))
+        fields["verdicts"] = tuple(Verdict.from_json(v) for v in fields.get("verdicts", ()))
         return cls(**fields)
 
 
@@ -71,8 +78,10 @@ def round_info(
     proposals: int = 0,
     worker_errors: int = 0,
     seconds: float = 0.0,
+    cards: Sequence[EvidenceCard] = (),
 ) -> RoundInfo:
-    """Sum a round's merge reports into its RoundInfo."""
+    """Sum a round's merge reports into its RoundInfo (``cards``: the round's evidence,
+    which says which tasks each verdict was about)."""
     listed = list(reports)
     return RoundInfo(
         round=round_index,
@@ -85,6 +94,7 @@ def round_info(
         merged=sum(1 for r in listed if r.committed),
         reasons=dict(Counter(r.category for r in listed)),
         messages=tuple(f"{r.category}: {r.reason}" for r in listed),
+        verdicts=tuple(verdict_of(r, cards) for r in listed),
         proposals=proposals,
         worker_errors=worker_errors,
         seconds=round(seconds, 3),

@@ -29,7 +29,9 @@ commit per session, moved by compare-and-swap like the ledger branches.  Git
 was chosen over a cache step because the Action already fetches and pushes the
 ledger branches: the history travels with them, needs no service of ours and
 no cache key, cannot be evicted, and is readable with ``git show``.  It is
-outside ``refs/heads``, so it never shows up as a branch.
+outside ``refs/heads``, so it never shows up as a branch.  The memory of what
+was tried (:mod:`agentdescent_core.memory`) is a second file in the same tree,
+``attempts.json``, written in the same compare-and-swap commit.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from agentdescent_core.errors import LedgerError
 from agentdescent_core.ledger.plumbing import GitRepo, RefUpdate, RefUpdateFailed
 from agentdescent_core.loop.controller import ControllerConfig, SessionOutcome, run_controller
 from agentdescent_core.loop.controller import _finite_or_none as _reward
+from agentdescent_core.memory import ATTEMPTS_FILE, DEFAULT_MAX_BYTES, AttemptMemory
 
 HISTORY_FILE = "sessions.json"
 MAX_ENTRIES = 200  # the history is trimmed to the newest sessions; the decision reads a few
@@ -246,8 +249,15 @@ class SessionHistory:
         head = self._git.ref_value(self.ref)
         return [] if head is None else self._read(head)
 
-    def append(self, entry: SessionEntry, *, attempts: int = 5) -> str:
-        """Record ``entry`` as a new commit on the ref (compare-and-swap); return its id."""
+    def append(self, entry: SessionEntry, *, attempts: int = 5,
+               memory: AttemptMemory | None = None) -> str:
+        """Record ``entry`` as a new commit on the ref (compare-and-swap); return its id.
+
+        ``memory``, the attempts of this session, is merged into the memory the
+        ref already holds (:data:`~agentdescent_core.memory.ATTEMPTS_FILE`, beside
+        the history) in the same commit, so a concurrent session's attempts are
+        kept too; without it the ref's memory is carried over unchanged.
+        """
         for _ in range(attempts):
             head = self._git.ref_value(self.ref)
             entries = ([] if head is None else self._read(head)) + [entry]
@@ -255,7 +265,11 @@ class SessionHistory:
                                "sessions": [e.to_json() for e in entries[-MAX_ENTRIES:]]},
                               indent=1, sort_keys=True) + "\n"
             ops: dict[str, str | None] = {HISTORY_FILE: text}
-            tree = self._git.build_tree(None, ops, self._git.write_blobs(ops))
+            if memory is not None:
+                known = self._memory(head, memory.max_bytes)
+                known.merge(memory)
+                ops[ATTEMPTS_FILE] = known.to_text()
+            tree = self._git.build_tree(head, ops, self._git.write_blobs(ops))
             message = (f"agentdescent: session {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} "
                        f"{entry.decision} ({entry.reason[:60]})\n")
             sha = self._git.commit_tree(tree, [head] if head else [], message)
@@ -267,6 +281,24 @@ class SessionHistory:
                 raise LedgerError(f"cannot record the session on {self.ref}: {exc}") from None
             return sha
         raise LedgerError(f"{self.ref} kept moving while recording the session; try again")
+
+    def memory(self, *, max_bytes: int = DEFAULT_MAX_BYTES) -> AttemptMemory:
+        """The attempts recorded beside the history (empty when there are none yet)."""
+        return self._memory(self._git.ref_value(self.ref), max_bytes)
+
+    def _memory(self, commit: str | None, max_bytes: int) -> AttemptMemory:
+        if commit is None:
+            return AttemptMemory(max_bytes=max_bytes)
+        try:
+            blob = self._git.commit(commit).tree / ATTEMPTS_FILE
+        except KeyError:
+            return AttemptMemory(max_bytes=max_bytes)
+        origin = f"{ATTEMPTS_FILE} on {self.ref} ({commit[:12]})"
+        try:
+            text = blob.data_stream.read().decode("utf-8")
+            return AttemptMemory.from_text(text, origin=origin, max_bytes=max_bytes)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise LedgerError(f"{exc}; or remove the file from {self.ref}") from None
 
     def _read(self, commit: str) -> list[SessionEntry]:
         try:

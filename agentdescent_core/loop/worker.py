@@ -323,7 +323,8 @@ def _refused(ctx: WorkerContext, name: str, task_id: str, refusal: RefusalError,
         ctx.artifact_id, refusal.category,
         f"{name}'s proposal for task {task_id!r} was refused {where} "
         f"({refusal.code}): {refusal.message}",
-        considered=1, extra={"code": refusal.code, "refused_by": by},
+        considered=1,
+        extra={"code": refusal.code, "refused_by": by, "worker": name, "task": task_id},
     )
 
 

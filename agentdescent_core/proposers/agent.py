@@ -15,6 +15,9 @@ here any function qualifies).
   asks for ONE general rule.  Its reply is parsed leniently; "NONE" or an empty
   reply means "no proposal".  The rule is a string, which is what ``AppendRules``
   (and ``SingleSlot``, replacing the value) take as a proposal.
+  With ``history=`` (an :class:`~agentdescent_core.memory.AttemptMemory`, or
+  any function of the task returning attempts) the prompt also lists what was
+  already tried for the task and why it was turned down.
 * ``LLMAgent(completion)`` bundles both: its ``run`` places the artifact as the
   instructions above the task prompt.
 """
@@ -23,11 +26,14 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from agentdescent_core.errors import ContractError
 from agentdescent_core.tasks import Task
+
+if TYPE_CHECKING:
+    from agentdescent_core.memory import Attempt, AttemptMemory
 
 Completion = Callable[[str], str]
 """A model behind one call: the prompt text in, the reply text out."""
@@ -124,8 +130,10 @@ def build_reflection_prompt(
     show_meta: bool = True,
     meta_chars: int = DEFAULT_META_CHARS,
     output_chars: int = DEFAULT_OUTPUT_CHARS,
+    tried: Sequence[Attempt] = (),
 ) -> str:
-    """The text the reflector sends: artifact, task, output, score, meta, and the ask.
+    """The text the reflector sends: artifact, task, output, score, meta, what was
+    already ``tried`` for the task (with its verdicts), and the ask.
 
     ``meta`` is what lets the model learn a convention it could not guess (a unit,
     a format) — so it is shown by default, cut to ``meta_chars`` so a large meta
@@ -146,6 +154,13 @@ def build_reflection_prompt(
         sections.append(
             "## Reference information for this task\n"
             + _truncate(_render_meta(task.meta), meta_chars)
+        )
+    if tried:
+        from agentdescent_core.memory import render_attempts
+
+        sections.append(
+            "## Already tried for this task\n" + render_attempts(tried)
+            + "\nDo not propose a rule that was rejected again; learn from why it failed."
         )
     sections.append(
         "State ONE general rule that, added to the instructions, would make the agent "
@@ -203,17 +218,23 @@ def reflector(
     show_meta: bool = True,
     meta_chars: int = DEFAULT_META_CHARS,
     output_chars: int = DEFAULT_OUTPUT_CHARS,
+    history: AttemptMemory | Callable[[Task], Sequence[Attempt]] | None = None,
 ) -> Proposer:
     """A ``propose(rendered, task, output, score)`` that asks ``completion`` for one rule.
 
     The model need not be the one the agent runs on — a cheap reflector for an
     expensive agent is often the right trade.  A perfect score (>= 1.0) has
-    nothing to teach, so it returns None without spending a call.
+    nothing to teach, so it returns None without spending a call.  ``history``
+    shows the model what was already tried for the task: an
+    :class:`~agentdescent_core.memory.AttemptMemory` (filled by passing
+    ``on_round=memory.observe_round`` to ``evolve()`` and saved between runs),
+    or a function ``history(task) -> attempts``.
     """
     checked = from_callable(completion)
     _check_options(show_meta, meta_chars)
     if isinstance(output_chars, bool) or not isinstance(output_chars, int) or output_chars < 0:
         raise ContractError(f"output_chars must be a non-negative int, got {output_chars!r}")
+    lookup = _history_lookup(history)
 
     def propose(rendered: str, task: Task, output: object, score: float) -> str | None:
         if score >= 1.0:
@@ -221,11 +242,34 @@ def reflector(
         prompt = build_reflection_prompt(
             rendered, task, output, score,
             show_meta=show_meta, meta_chars=meta_chars, output_chars=output_chars,
+            tried=lookup(task),
         )
         return parse_rule(checked(prompt))
 
     propose.__qualname__ = f"reflector({_name_of(completion)})"
     return propose
+
+
+def _history_lookup(history: object) -> Callable[[Task], Sequence[Attempt]]:
+    """``history=`` of :func:`reflector` as a function of the task (ContractError if neither)."""
+    from agentdescent_core.memory import AttemptMemory
+
+    if history is None:
+        return lambda task: ()
+    if isinstance(history, AttemptMemory):
+        return lambda task: history.for_tasks([task.id])
+    if callable(history):
+        def lookup(task: Task) -> Sequence[Attempt]:
+            found = history(task)
+            if not isinstance(found, Sequence) or isinstance(found, str):
+                raise ContractError(
+                    f"history {_name_of(history)} returned {type(found).__name__} for task "
+                    f"{task.id!r}; return a sequence of memory.Attempt (or an empty tuple)")
+            return found
+        return lookup
+    raise ContractError(
+        f"history must be an AttemptMemory or a function history(task) -> attempts, got "
+        f"{type(history).__name__} ({history!r:.60})")
 
 
 class LLMAgent:
