@@ -41,6 +41,7 @@ from agentdescent_core.loop.durable import (
     SqliteRunStore,
     UnknownRunError,
 )
+from agentdescent_core.loop.durations import DurationEstimator, Straggler
 from agentdescent_core.loop.evolve import evolve
 from agentdescent_core.loop.kernel import (
     LoopConfig,
@@ -76,6 +77,7 @@ __all__ = [
     "DecisionLog",
     "DecisionRecord",
     "DifficultyWeighted",
+    "DurationEstimator",
     "EnvKillSwitch",
     "EvolutionResult",
     "FileKillSwitch",
@@ -102,6 +104,7 @@ __all__ = [
     "Shard",
     "SqliteRunStore",
     "StopReason",
+    "Straggler",
     "TaskSampler",
     "TensorParallel",
     "UnknownRunError",
