@@ -288,8 +288,7 @@ def _timed_rollout(ctx: WorkerContext, result: UnitResult, state: Mapping[str, s
     result.rollouts += 1
     seconds = getattr(rollout, "seconds", None)  # None: answered from the memo, or untimed
     if estimator is not None and seconds is not None:
-        if estimator.overran(predicted, seconds):
-            assert predicted is not None
+        if predicted is not None and estimator.overran(predicted, seconds):
             result.stragglers.append(Straggler(task_id, round_index, name, round(predicted, 6),
                                                round(seconds, 6)))
         estimator.observe(task_id, seconds)
