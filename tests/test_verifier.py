@@ -103,6 +103,18 @@ def test_rollout_returns_the_output_and_shares_the_cache() -> None:
     assert backend.calls["t3"] == 1
 
 
+def test_a_rollout_that_ran_is_timed_and_one_from_the_memo_is_not() -> None:
+    backend = Backend(delay=0.05)
+    verifier = make(backend)
+    ran = verifier.rollout({"r": "answer"}, "t2", 0)
+    assert ran.seconds is not None
+    assert ran.seconds >= 0.05
+    again = verifier.rollout({"r": "answer"}, "t2", 0)
+    assert backend.calls["t2"] == 1
+    assert again.seconds is None  # answered from the memo: no duration to learn from
+    assert (again.output, again.reward) == (ran.output, ran.reward)
+
+
 def test_requests_run_concurrently_up_to_eval_concurrency() -> None:
     backend = Backend(delay=0.03)
     verifier = make(backend, eval_concurrency=3)

@@ -19,6 +19,7 @@ three things that must hold everywhere are done once:
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import threading
 import time
@@ -102,12 +103,19 @@ def call_with_retries(
 
 @dataclass(frozen=True)
 class Rollout:
-    """One run of the actor on a task at a state: its output and the reward it earned."""
+    """One run of the actor on a task at a state: its output and the reward it earned.
+
+    ``seconds`` is how long this call spent running the actor and the reward
+    (retries included); None when the answer came from the memo or from a
+    verifier that does not time its runs, so a duration estimate only ever
+    sees rollouts that really ran.
+    """
 
     task_id: str
     repeat: int
     output: Any
     reward: float
+    seconds: float | None = None
 
 
 class CallableVerifier:
@@ -219,7 +227,7 @@ class CallableVerifier:
             running = self._inflight.get(full)
             if done is not None:
                 self._cache_hits += 1
-                return done
+                return dataclasses.replace(done, seconds=None)
             if running is None or running.cancelled():
                 mine: Future[Rollout] = Future()
                 mine.set_running_or_notify_cancel()
@@ -228,7 +236,8 @@ class CallableVerifier:
         if running is not None:
             with self._lock:
                 self._cache_hits += 1
-            return self._gather(frozen, [(task_id, repeat)])[(task_id, repeat)]
+            shared = self._gather(frozen, [(task_id, repeat)])[(task_id, repeat)]
+            return dataclasses.replace(shared, seconds=None)  # another call ran it
         try:
             result = self._compute(full, frozen)
         except BaseException as exc:
@@ -303,6 +312,7 @@ class CallableVerifier:
         task = self._tasks[task_id]
         try:
             rendered = self.render(state)
+            started = time.monotonic()
 
             def once() -> tuple[Any, Any]:
                 output = self._run(rendered, task)
@@ -326,7 +336,7 @@ class CallableVerifier:
                     self._failures += 1
                     self.last_failure = exc
             raise
-        result = Rollout(task_id, repeat, output, score)
+        result = Rollout(task_id, repeat, output, score, time.monotonic() - started)
         with self._lock:
             self._done[key] = result
             self._inflight.pop(key, None)

@@ -41,6 +41,7 @@ from agentdescent_core.loop.durable import (
     SqliteRunStore,
     UnknownRunError,
 )
+from agentdescent_core.loop.durations import DurationEstimator, Straggler
 from agentdescent_core.loop.evolve import evolve
 from agentdescent_core.loop.kernel import (
     LoopConfig,
@@ -77,6 +78,7 @@ __all__ = [
     "DecisionLog",
     "DecisionRecord",
     "DifficultyWeighted",
+    "DurationEstimator",
     "EnvKillSwitch",
     "EvolutionResult",
     "FileKillSwitch",
@@ -103,6 +105,7 @@ __all__ = [
     "Shard",
     "SqliteRunStore",
     "StopReason",
+    "Straggler",
     "TaskSampler",
     "TensorParallel",
     "UnknownRunError",

@@ -20,6 +20,11 @@ Arguments whose meaning changes here warn: ``max_concurrency``,
 budget of ``rounds * n_workers`` worker iterations, ``patience`` counts
 sweeps, and ``max_seconds=None`` means 20 seconds.  ``stop_reason`` always
 says which of them ended the run.
+
+A ``duration_estimator`` learns every worker's rollout durations and records
+the rollouts that overran their prediction in ``result.stragglers``; there is
+no round here to start longest first, and no barrier for a long rollout to
+hold up.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from agentdescent_core.errors import BackendError, LedgerError
 from agentdescent_core.evidence import EvidenceCard, MergeReport
 from agentdescent_core.loop.budget import Budget, BudgetExhausted
 from agentdescent_core.loop.driver import DriverBase, describe_error
+from agentdescent_core.loop.durations import DurationEstimator
 from agentdescent_core.loop.parallel import ParallelMode, PlanStrategy
 from agentdescent_core.loop.progress import finish_progress, with_progress
 from agentdescent_core.loop.result import EvolutionResult, RoundInfo, round_info
@@ -100,6 +106,7 @@ def async_evolve(
     cheap_eval_tasks: int | None = None,
     verbose: bool = False,
     initial_state: Mapping[str, str] | None = None,
+    duration_estimator: DurationEstimator | None = None,
 ) -> EvolutionResult:
     """Barrier-free evolution; same plug-ins and result as ``evolve()`` (see the module doc).
 
@@ -151,6 +158,7 @@ def async_evolve(
         held_out_frac=held_out_frac, shuffle=shuffle, seed=seed, budget=budget,
         eval_concurrency=eval_concurrency, artifact_id=artifact_id,
         guardrails=guardrails, initial_state=initial_state,
+        duration_estimator=duration_estimator,
     )
     try:
         driver = _AsyncDriver(
@@ -305,6 +313,7 @@ class _AsyncDriver(DriverBase):
                 self.counters["rollouts"] += outcome.rollouts
                 self.counters["proposals"] += outcome.proposals
                 self.counters["self_verify_rejected"] += int(outcome.self_verify_rejected)
+                self.stragglers.extend(outcome.stragglers)
                 self.outstanding += len(items)
             for item in items:
                 self.inbox.put(item)

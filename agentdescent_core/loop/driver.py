@@ -17,6 +17,7 @@ from collections.abc import Callable
 from agentdescent_core.errors import BackendError, LedgerError
 from agentdescent_core.evaluation.callable import callable_name
 from agentdescent_core.loop.budget import BudgetExhausted
+from agentdescent_core.loop.durations import Straggler
 from agentdescent_core.loop.result import EvolutionResult, RoundInfo
 from agentdescent_core.loop.setup import RunParts
 from agentdescent_core.stops import StopReason
@@ -53,6 +54,7 @@ class DriverBase:
         self.stop_reason: StopReason | None = None
         self.retired_workers = 0
         self.forced_refreshes = 0
+        self.stragglers: list[Straggler] = []  # rollouts that overran their prediction
         self.reward: float | None = None
         self.initial_reward: float | None = None
         self.best: float | None = None
@@ -190,4 +192,5 @@ class DriverBase:
             forced_refreshes=self.forced_refreshes,
             repo_path=None if self.parts.scratch else str(self.parts.ledger.repo_path),
             asynchronous=asynchronous,
+            stragglers=list(self.stragglers),
         )

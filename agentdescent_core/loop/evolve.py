@@ -7,6 +7,8 @@ failure, propose, turn the proposal into an evidence card — and the single
 aggregator step that follows is the barrier.  ``max_concurrency`` workers run
 at once on daemon threads; ``round_timeout`` stops waiting for stragglers,
 whose late cards join a later round and are judged stale like any other.
+With a ``duration_estimator`` the units start longest first (:mod:`.dispatch`)
+and rollouts that overran their prediction come back as ``result.stragglers``.
 
 Failure handling (the three categories): a caller-contract error raises
 ContractError before or during the run; a backend failure costs the failing
@@ -31,7 +33,9 @@ from agentdescent_core.artifacts.strategies import AppendRules, Strategy
 from agentdescent_core.errors import BackendError, ContractError, LedgerError
 from agentdescent_core.evidence import EvidenceCard, MergeReport
 from agentdescent_core.loop.budget import Budget, BudgetExhausted
+from agentdescent_core.loop.dispatch import OrderedSlots, plan_units
 from agentdescent_core.loop.driver import DriverBase, describe_error
+from agentdescent_core.loop.durations import DurationEstimator
 from agentdescent_core.loop.parallel import ParallelMode, PlanStrategy, Shard
 from agentdescent_core.loop.progress import finish_progress, with_progress
 from agentdescent_core.loop.result import EvolutionResult, RoundInfo, round_info
@@ -97,6 +101,7 @@ def evolve(
     cheap_eval_tasks: int | None = None,
     verbose: bool = False,
     initial_state: Mapping[str, str] | None = None,
+    duration_estimator: DurationEstimator | None = None,
 ) -> EvolutionResult:
     """Evolve an artifact so that ``run`` earns more ``reward`` on ``tasks``.
 
@@ -118,6 +123,9 @@ def evolve(
     ``initial_state`` is the artifact to start from instead of
     ``strategy.initial()``; it is ignored, with a RuntimeWarning, when
     ``repo_path`` already holds the run's artifact (a resume).
+    ``duration_estimator`` (a DurationEstimator) starts each round's units
+    longest first and records the rollouts that overran their prediction in
+    ``result.stragglers``; without one, units start in worker order.
     """
     if asynchronous:
         from agentdescent_core.loop.async_evolve import async_evolve
@@ -135,6 +143,7 @@ def evolve(
             max_seconds=max_seconds, eval_concurrency=eval_concurrency, artifact_id=artifact_id,
             guardrails=guardrails, oracle_budget=oracle_budget,
             cheap_eval_tasks=cheap_eval_tasks, verbose=verbose, initial_state=initial_state,
+            duration_estimator=duration_estimator,
         )
     for name, given in (("async_ratio", async_ratio), ("self_verify", self_verify),
                         ("stall_patience", stall_patience)):
@@ -169,6 +178,7 @@ def evolve(
         held_out_frac=held_out_frac, shuffle=shuffle, seed=seed, budget=budget,
         eval_concurrency=eval_concurrency, artifact_id=artifact_id,
         guardrails=guardrails, initial_state=initial_state,
+        duration_estimator=duration_estimator,
     )
     try:
         driver = _SyncDriver(
@@ -196,7 +206,7 @@ class _SyncDriver(DriverBase):
         self.max_concurrency = max_concurrency
         self.round_timeout = round_timeout
         self.refresh_interval = refresh_interval
-        self._semaphore = threading.Semaphore(max_concurrency)
+        self._slots = OrderedSlots(max_concurrency)  # units start in the planned order
         self._results: queue.Queue[tuple[int, UnitResult | BaseException]] = queue.Queue()
         self._busy: set[int] = set()
         self._threaded = max_concurrency > 1 or round_timeout is not None
@@ -281,6 +291,7 @@ class _SyncDriver(DriverBase):
                 raise outcome  # ContractError or a bug: the caller must see it
             self.counters["rollouts"] += outcome.rollouts
             self.counters["proposals"] += outcome.proposals
+            self.stragglers.extend(outcome.stragglers)
             reports.extend(outcome.reports)
             if outcome.card is not None:
                 cards.append(outcome.card)
@@ -356,32 +367,33 @@ class _SyncDriver(DriverBase):
         shards = self.parts.shards_for(round_index)
         if not self._threaded:
             out: list[tuple[int, UnitResult | BaseException]] = []
-            for worker in range(self.n_workers):
+            for worker, first in plan_units(self.parts.ctx, range(self.n_workers), shards):
                 try:
                     out.append((worker, work_unit(self.parts.ctx, worker, snapshots[worker],
-                                                  shards[worker], round_index)))
+                                                  shards[worker], round_index, first=first)))
                 except (BudgetExhausted, ContractError) as exc:
                     out.append((worker, exc))
                     break
-            return out
+            return sorted(out, key=lambda item: item[0])  # the merge sees worker order
+        idle = [worker for worker in range(self.n_workers)
+                if worker not in self._busy]  # the rest are on abandoned units
         launched: set[int] = set()
-        for worker in range(self.n_workers):
-            if worker in self._busy:
-                continue  # still on an abandoned unit from an earlier round
+        for worker, first in plan_units(self.parts.ctx, idle, shards):
             self._busy.add(worker)
             launched.add(worker)
             threading.Thread(
                 target=self._unit_thread, name=f"agentdescent-worker-{worker}", daemon=True,
-                args=(worker, snapshots[worker], shards[worker], round_index),
+                args=(worker, snapshots[worker], shards[worker], round_index,
+                      self._slots.ticket(), first),
             ).start()
         return self._collect(launched)
 
-    def _unit_thread(self, worker: int, snapshot: Snapshot, shard: Shard,
-                     round_index: int) -> None:
-        with self._semaphore:
+    def _unit_thread(self, worker: int, snapshot: Snapshot, shard: Shard, round_index: int,
+                     ticket: int, first: str | None) -> None:
+        with self._slots.turn(ticket):
             try:
                 outcome: UnitResult | BaseException = work_unit(
-                    self.parts.ctx, worker, snapshot, shard, round_index)
+                    self.parts.ctx, worker, snapshot, shard, round_index, first=first)
             except BaseException as exc:
                 outcome = exc
         self._results.put((worker, outcome))

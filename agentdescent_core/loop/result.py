@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from agentdescent_core.evidence import EvidenceCard, MergeReport
+from agentdescent_core.loop.durations import Straggler
 from agentdescent_core.memory import Verdict, verdict_of
 
 
@@ -103,7 +104,11 @@ def round_info(
 
 @dataclass
 class EvolutionResult:
-    """The outcome of ``evolve()`` / ``async_evolve()``; check ``error`` before trusting it."""
+    """The outcome of ``evolve()`` / ``async_evolve()``; check ``error`` before trusting it.
+
+    ``stragglers`` lists the rollouts that overran their predicted duration
+    (empty unless a ``duration_estimator=`` was given); ``len()`` is the count.
+    """
 
     rendered: str
     state: dict[str, str]
@@ -119,6 +124,7 @@ class EvolutionResult:
     forced_refreshes: int = 0
     repo_path: str | None = None
     asynchronous: bool = False
+    stragglers: list[Straggler] = field(default_factory=list)
 
     def outcomes(self) -> dict[str, int]:
         """Merge decisions of the whole run by category, e.g. {'committed': 2, ...}."""
@@ -142,6 +148,7 @@ class EvolutionResult:
         fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         fields["history"] = [RoundInfo.from_json(h) for h in data.get("history", [])]
         fields["state"] = dict(data.get("state", {}))
+        fields["stragglers"] = [Straggler.from_json(s) for s in data.get("stragglers", [])]
         return cls(**fields)
 
     def save(self, path: str | os.PathLike[str]) -> None:

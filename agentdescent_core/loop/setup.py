@@ -40,6 +40,7 @@ from agentdescent_core.ledger.ledger import Ledger
 from agentdescent_core.ledger.message import Evidence
 from agentdescent_core.ledger.plumbing import RefUpdate
 from agentdescent_core.loop.budget import Budget
+from agentdescent_core.loop.durations import DurationEstimator, check_estimator
 from agentdescent_core.loop.parallel import ParallelMode, Planned, PlanStrategy, Shard, as_mode
 from agentdescent_core.loop.sampling import TaskSampler
 from agentdescent_core.loop.worker import (
@@ -328,13 +329,15 @@ def wire_run(
     owns_verifier: bool = True,
     owns_ledger: bool = True,
     guardrails: Guardrails | None = None,
+    duration_estimator: DurationEstimator | None = None,
 ) -> RunParts:
     """Store, aggregator and worker context around an open ledger and a verifier.
 
     Shared by :func:`build_run` (``evolve()`` / ``async_evolve()``) and
     ``evolve_verified`` (the pytest plugin), so both drive the same pipeline.
     ``guardrails`` (default ``Guardrails()``) checks every proposal in the
-    workers.  On failure, closes what it owns before raising.
+    workers; ``duration_estimator`` (default None) times their rollouts.  On
+    failure, closes what it owns before raising.
     """
     try:
         codec = codec_for(strategy)
@@ -355,7 +358,8 @@ def wire_run(
             )
         ctx = WorkerContext(actor=actor, strategy=strategy, verifier=verifier, budget=budget,
                             sampler=task_sampler, artifact_id=artifact_id, seed=seed,
-                            guardrails=guardrails if guardrails is not None else Guardrails())
+                            guardrails=guardrails if guardrails is not None else Guardrails(),
+                            durations=duration_estimator)
     except BaseException:
         if owns_verifier:
             verifier.close()
@@ -391,8 +395,10 @@ def build_run(
     artifact_id: str,
     guardrails: Guardrails | None = None,
     initial_state: Mapping[str, str] | None = None,
+    duration_estimator: DurationEstimator | None = None,
 ) -> RunParts:
     check_signatures(actor, reward)
+    check_estimator(duration_estimator)
     check_strategy(strategy)
     check_artifact_id(artifact_id)
     codec = codec_for(strategy)
@@ -421,4 +427,5 @@ def build_run(
         task_sampler=task_sampler, blast_radius=blast_radius,
         aggregator_factory=aggregator_factory, budget=budget, artifact_id=artifact_id,
         seed=seed, resumed=resumed, scratch=repo_path is None, guardrails=guardrails,
+        duration_estimator=duration_estimator,
     )

@@ -61,6 +61,7 @@ from agentdescent_core.evaluation.callable import (
 from agentdescent_core.evaluation.protocol import TaskSplit
 from agentdescent_core.evidence import EvidenceCard, MergeReport
 from agentdescent_core.loop.budget import Budget, BudgetExhausted
+from agentdescent_core.loop.durations import DurationEstimator, Straggler
 from agentdescent_core.loop.parallel import Shard
 from agentdescent_core.loop.sampling import TaskSampler
 from agentdescent_core.proposers.guardrails import Guardrails
@@ -215,12 +216,15 @@ class UnitResult:
     succeeded: bool = False
     error: BaseException | None = None
     self_verify_rejected: bool = False
+    stragglers: list[Straggler] = field(default_factory=list)
 
 
 class WorkerContext:
     """Everything the workers of one run share (thread-safe where it has to be).
 
-    ``guardrails`` checks every Diff before it becomes evidence.
+    ``guardrails`` checks every Diff before it becomes evidence.  ``durations``
+    (a DurationEstimator, or None) learns from every rollout that really ran
+    and judges it against its prediction (stragglers).
     """
 
     def __init__(
@@ -236,8 +240,10 @@ class WorkerContext:
         seed: int = 0,
         retries: int = 3,
         backoff: float = 0.01,
+        durations: DurationEstimator | None = None,
     ) -> None:
         self.actor = actor
+        self.durations = durations
         self.guardrails = guardrails
         self.strategy = strategy
         self.verifier = verifier
@@ -271,6 +277,22 @@ class WorkerContext:
             index = self._visits.get((state_key, task_id), 0)
             self._visits[(state_key, task_id)] = index + 1
             return index
+
+
+def _timed_rollout(ctx: WorkerContext, result: UnitResult, state: Mapping[str, str],
+                   task_id: str, repeat: int, round_index: int, name: str) -> Rollout:
+    """``ctx.verifier.rollout`` with its duration observed and judged (when an estimator is set)."""
+    estimator = ctx.durations
+    predicted = estimator.predict(task_id) if estimator is not None else None
+    rollout = ctx.verifier.rollout(state, task_id, repeat)
+    result.rollouts += 1
+    seconds = getattr(rollout, "seconds", None)  # None: answered from the memo, or untimed
+    if estimator is not None and seconds is not None:
+        if predicted is not None and estimator.overran(predicted, seconds):
+            result.stragglers.append(Straggler(task_id, round_index, name, round(predicted, 6),
+                                               round(seconds, 6)))
+        estimator.observe(task_id, seconds)
+    return rollout
 
 
 def _check_proposal(proposal: object, propose: object, task_id: str) -> None:
@@ -351,8 +373,14 @@ def work_unit(
     round_index: int,
     *,
     self_verify: bool = False,
+    first: str | None = None,
 ) -> UnitResult:
-    """Roll out until a failure, propose once on it, return the card (or why there is none)."""
+    """Roll out until a failure, propose once on it, return the card (or why there is none).
+
+    ``first`` is the task to roll out first when the driver already picked it
+    (longest-first dispatch picks before it orders the units); later tasks
+    come from the sampler as usual.
+    """
     result = UnitResult()
     name = f"worker-{worker}"
     state = dict(snapshot.state)
@@ -360,12 +388,13 @@ def work_unit(
     tried: set[str] = set()
     try:
         while len(tried) < len(shard.tasks) and not ctx.stop.is_set():
-            task_id = ctx.pick(worker, shard.tasks, tried)
+            task_id = first if first is not None and not tried else \
+                ctx.pick(worker, shard.tasks, tried)
             if task_id is None:
                 break
             tried.add(task_id)
-            rollout = ctx.verifier.rollout(state, task_id, ctx.next_repeat(key, task_id))
-            result.rollouts += 1
+            rollout = _timed_rollout(ctx, result, state, task_id, ctx.next_repeat(key, task_id),
+                                     round_index, name)
             result.succeeded = True
             ctx.observe(task_id, rollout.reward)
             if rollout.reward >= 1.0 or ctx.stop.is_set():
@@ -413,8 +442,8 @@ def work_unit(
                 diff = dataclasses.replace(diff, rationale=_rationale(proposal))
             before, after = rollout.reward, None
             if self_verify:
-                after = ctx.verifier.rollout(diff.apply(state), task_id, 0).reward
-                result.rollouts += 1
+                after = _timed_rollout(ctx, result, diff.apply(state), task_id, 0,
+                                       round_index, name).reward
                 if after < before:
                     result.self_verify_rejected = True
                     continue
