@@ -77,30 +77,39 @@ if TYPE_CHECKING:
     # Functions are imported from their own modules: a function named like its module
     # confuses mypy's import-cycle handling when imported through the package.
     from agentdescent_core.aggregator import AggregatorConfig as AggregatorConfig
-    from agentdescent_core.artifacts import AppendRules as AppendRules
-    from agentdescent_core.artifacts import Diff as Diff
-    from agentdescent_core.artifacts import FileTree as FileTree
-    from agentdescent_core.artifacts import KeyedRules as KeyedRules
-    from agentdescent_core.artifacts import SingleSlot as SingleSlot
-    from agentdescent_core.errors import AgentDescentError as AgentDescentError
-    from agentdescent_core.errors import ContractError as ContractError
-    from agentdescent_core.errors import RefusalError as RefusalError
-    from agentdescent_core.loop import DataParallel as DataParallel
-    from agentdescent_core.loop import EvolutionResult as EvolutionResult
-    from agentdescent_core.loop import LoopKernel as LoopKernel
-    from agentdescent_core.loop import PipelineParallel as PipelineParallel
-    from agentdescent_core.loop import RoundInfo as RoundInfo
-    from agentdescent_core.loop import SqliteRunStore as SqliteRunStore
-    from agentdescent_core.loop import TensorParallel as TensorParallel
-    from agentdescent_core.loop import WorkUnit as WorkUnit
-    from agentdescent_core.loop import run_controller as run_controller
+    from agentdescent_core.artifacts import (
+        AppendRules as AppendRules,
+        Diff as Diff,
+        FileTree as FileTree,
+        KeyedRules as KeyedRules,
+        SingleSlot as SingleSlot,
+    )
+    from agentdescent_core.errors import (
+        AgentDescentError as AgentDescentError,
+        ContractError as ContractError,
+        RefusalError as RefusalError,
+    )
+    from agentdescent_core.loop import (
+        DataParallel as DataParallel,
+        EvolutionResult as EvolutionResult,
+        LoopKernel as LoopKernel,
+        PipelineParallel as PipelineParallel,
+        RoundInfo as RoundInfo,
+        SqliteRunStore as SqliteRunStore,
+        TensorParallel as TensorParallel,
+        WorkUnit as WorkUnit,
+        run_controller as run_controller,
+    )
     from agentdescent_core.loop.async_evolve import async_evolve as async_evolve
     from agentdescent_core.loop.evolve import evolve as evolve
-    from agentdescent_core.proposers.agent import LLMAgent as LLMAgent
-    from agentdescent_core.proposers.agent import reflector as reflector
-    from agentdescent_core.proposers.completions import claude as claude
-    from agentdescent_core.proposers.completions import openai_compatible as openai_compatible
-    from agentdescent_core.staleness import Full as Full
-    from agentdescent_core.staleness import Guarded as Guarded
-    from agentdescent_core.staleness import Reflective as Reflective
+    from agentdescent_core.proposers.agent import LLMAgent as LLMAgent, reflector as reflector
+    from agentdescent_core.proposers.completions import (
+        claude as claude,
+        openai_compatible as openai_compatible,
+    )
+    from agentdescent_core.staleness import (
+        Full as Full,
+        Guarded as Guarded,
+        Reflective as Reflective,
+    )
     from agentdescent_core.tasks import Task as Task

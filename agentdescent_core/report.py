@@ -28,13 +28,15 @@ from typing import TYPE_CHECKING, Any
 
 from agentdescent_core.evaluation.protocol import TaskSplit, Verifier
 from agentdescent_core.loop.result import EvolutionResult
-from agentdescent_core.markdown import cell as _cell
-from agentdescent_core.markdown import code as _code
-from agentdescent_core.markdown import line_chart
-from agentdescent_core.markdown import num as _num
-from agentdescent_core.markdown import number_or_none as _reward_of
-from agentdescent_core.markdown import sha as _sha
-from agentdescent_core.markdown import table as _table
+from agentdescent_core.markdown import (
+    cell as _cell,
+    code as _code,
+    line_chart,
+    num as _num,
+    number_or_none as _reward_of,
+    sha as _sha,
+    table as _table,
+)
 from agentdescent_core.redact import redact, redact_data
 from agentdescent_core.stats.samples import PASS_THRESHOLD
 

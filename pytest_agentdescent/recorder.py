@@ -73,8 +73,7 @@ import _pytest.runner
 import pytest
 from _pytest.runner import runtestprotocol
 
-from agentdescent_core.evaluation import journal as _journal
-from agentdescent_core.evaluation import records as _records
+from agentdescent_core.evaluation import journal as _journal, records as _records
 from agentdescent_core.evaluation.journal import PLAN_ENV, RECORD_ENV, ChildPlan, sign_line
 from agentdescent_core.evaluation.records import DEFAULT_OUTPUT_CHARS
 from pytest_agentdescent import reward as _reward

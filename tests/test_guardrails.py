@@ -15,8 +15,14 @@ from typing import Any
 
 import pytest
 from conftest import user_git
-from test_session_runs import LEARN_RULE, explain, make_agent_repo, messages, report_of
-from test_session_runs import evolve as run_evolve
+from test_session_runs import (
+    LEARN_RULE,
+    evolve as run_evolve,
+    explain,
+    make_agent_repo,
+    messages,
+    report_of,
+)
 
 from agentdescent_core.errors import RefusalError
 from agentdescent_core.proposers.guardrails import (

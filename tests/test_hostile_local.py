@@ -495,8 +495,7 @@ def test_a_secret_in_an_ancestors_or_the_initial_environment_is_found(tmp_path: 
 
 
 def test_pytest_evolve_with_local_and_a_token_is_a_usage_error(tmp_path: Path) -> None:
-    from test_session_runs import evolve, explain
-    from test_session_runs import make_agent_repo as make_session_repo
+    from test_session_runs import evolve, explain, make_agent_repo as make_session_repo
 
     repo = tmp_path / "agent"
     make_session_repo(repo)

@@ -17,8 +17,7 @@ import math
 import random
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from agentdescent_core.stats import TaskSamples
 from agentdescent_core.stats.betting import BettingPolicy, BettingTest, kelly_bet

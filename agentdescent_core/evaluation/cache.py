@@ -42,8 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentdescent_core.errors import AgentDescentError
-from agentdescent_core.evaluation.records import TestRecord, mac_matches
-from agentdescent_core.evaluation.records import mac as sign
+from agentdescent_core.evaluation.records import TestRecord, mac as sign, mac_matches
 from agentdescent_core.sqlite_file import SqliteFile
 
 #: What a verdict can say about a whole candidate.

@@ -49,8 +49,7 @@ from typing import Any
 import git
 from git.exc import GitCommandError, InvalidGitRepositoryError, NoSuchPathError
 
-from agentdescent_core.errors import LedgerError
-from agentdescent_core.errors import RefUpdateFailed as RefUpdateFailed
+from agentdescent_core.errors import LedgerError, RefUpdateFailed as RefUpdateFailed
 from agentdescent_core.ledger.gitenv import (
     DEFAULT_IDENTITY,
     isolated_env,

@@ -42,9 +42,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agentdescent_core.errors import LeaseHeld as LeaseHeld
-from agentdescent_core.errors import RunStoreError as RunStoreError
-from agentdescent_core.errors import UnknownRunError as UnknownRunError
+from agentdescent_core.errors import (
+    LeaseHeld as LeaseHeld,
+    RunStoreError as RunStoreError,
+    UnknownRunError as UnknownRunError,
+)
 from agentdescent_core.sqlite_file import SqliteFile
 
 #: Every status a run can have, in the order a run normally goes through them.

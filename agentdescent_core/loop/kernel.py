@@ -45,16 +45,20 @@ from functools import partial
 from typing import Any
 
 from agentdescent_core.decisions import DecisionLog
-from agentdescent_core.errors import AgentDescentError
-from agentdescent_core.errors import RetryableStepError as RetryableStepError
+from agentdescent_core.errors import AgentDescentError, RetryableStepError as RetryableStepError
 
 # A step takes a LoopContext and returns a LoopObservation: they are the kernel's
 # contract, so they are named here too (defined with the decision rules).
-from agentdescent_core.loop.decide import LoopContext as LoopContext
-from agentdescent_core.loop.decide import LoopGeneration as LoopGeneration
-from agentdescent_core.loop.decide import LoopObservation as LoopObservation
-from agentdescent_core.loop.decide import LoopState, decide, observation_problem, span_id
-from agentdescent_core.loop.decide import _number as _finite
+from agentdescent_core.loop.decide import (
+    LoopContext as LoopContext,
+    LoopGeneration as LoopGeneration,
+    LoopObservation as LoopObservation,
+    LoopState,
+    _number as _finite,
+    decide,
+    observation_problem,
+    span_id,
+)
 from agentdescent_core.loop.durable import (
     TERMINAL_STATUSES,
     RunEvent,

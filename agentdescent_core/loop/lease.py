@@ -16,8 +16,7 @@ import threading
 import time
 import uuid
 
-from agentdescent_core.errors import AgentDescentError
-from agentdescent_core.errors import RunRefused as RunRefused
+from agentdescent_core.errors import AgentDescentError, RunRefused as RunRefused
 from agentdescent_core.loop.durable import LeaseHeld, SqliteRunStore, holder_alive, holder_id
 
 REPOSITORY_LEASE = "repository"

@@ -45,8 +45,12 @@ from typing import Any
 
 from agentdescent_core.errors import LedgerError
 from agentdescent_core.ledger.plumbing import GitRepo, RefUpdate, RefUpdateFailed
-from agentdescent_core.loop.controller import ControllerConfig, SessionOutcome, run_controller
-from agentdescent_core.loop.controller import _finite_or_none as _reward
+from agentdescent_core.loop.controller import (
+    ControllerConfig,
+    SessionOutcome,
+    _finite_or_none as _reward,
+    run_controller,
+)
 from agentdescent_core.memory import ATTEMPTS_FILE, DEFAULT_MAX_BYTES, AttemptMemory
 
 HISTORY_FILE = "sessions.json"

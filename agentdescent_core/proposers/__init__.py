@@ -64,29 +64,43 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from agentdescent_core.proposers.agent import Completion as Completion
-    from agentdescent_core.proposers.agent import LLMAgent as LLMAgent
-    from agentdescent_core.proposers.agent import from_callable as from_callable
-    from agentdescent_core.proposers.completions import ModelCompletion as ModelCompletion
-    from agentdescent_core.proposers.completions import claude as claude
-    from agentdescent_core.proposers.completions import openai_compatible as openai_compatible
-    from agentdescent_core.proposers.guardrails import Guardrails as Guardrails
-    from agentdescent_core.proposers.guardrails import parse_guardrails as parse_guardrails
-    from agentdescent_core.proposers.llm_cache import CachedAnswer as CachedAnswer
-    from agentdescent_core.proposers.llm_cache import LLMCache as LLMCache
-    from agentdescent_core.proposers.llm_cache import LLMCacheMiss as LLMCacheMiss
-    from agentdescent_core.proposers.models import ModelAnswer as ModelAnswer
-    from agentdescent_core.proposers.models import ModelBackendError as ModelBackendError
-    from agentdescent_core.proposers.models import ModelClient as ModelClient
-    from agentdescent_core.proposers.models import ModelSpec as ModelSpec
-    from agentdescent_core.proposers.models import Usage as Usage
-    from agentdescent_core.proposers.models import missing_key as missing_key
-    from agentdescent_core.proposers.models import parse_model_spec as parse_model_spec
-    from agentdescent_core.proposers.pricing import Price as Price
-    from agentdescent_core.proposers.pricing import PriceTable as PriceTable
-    from agentdescent_core.proposers.pricing import parse_price_lines as parse_price_lines
+    from agentdescent_core.proposers.agent import (
+        Completion as Completion,
+        LLMAgent as LLMAgent,
+        from_callable as from_callable,
+    )
+    from agentdescent_core.proposers.completions import (
+        ModelCompletion as ModelCompletion,
+        claude as claude,
+        openai_compatible as openai_compatible,
+    )
+    from agentdescent_core.proposers.guardrails import (
+        Guardrails as Guardrails,
+        parse_guardrails as parse_guardrails,
+    )
+    from agentdescent_core.proposers.llm_cache import (
+        CachedAnswer as CachedAnswer,
+        LLMCache as LLMCache,
+        LLMCacheMiss as LLMCacheMiss,
+    )
+    from agentdescent_core.proposers.models import (
+        ModelAnswer as ModelAnswer,
+        ModelBackendError as ModelBackendError,
+        ModelClient as ModelClient,
+        ModelSpec as ModelSpec,
+        Usage as Usage,
+        missing_key as missing_key,
+        parse_model_spec as parse_model_spec,
+    )
+    from agentdescent_core.proposers.pricing import (
+        Price as Price,
+        PriceTable as PriceTable,
+        parse_price_lines as parse_price_lines,
+    )
     from agentdescent_core.proposers.protocol import parse_edit_answer as parse_edit_answer
-    from agentdescent_core.proposers.reflector import FailureInfo as FailureInfo
-    from agentdescent_core.proposers.reflector import PromptInputs as PromptInputs
-    from agentdescent_core.proposers.reflector import build_prompt as build_prompt
-    from agentdescent_core.proposers.reflector import load_templates as load_templates
+    from agentdescent_core.proposers.reflector import (
+        FailureInfo as FailureInfo,
+        PromptInputs as PromptInputs,
+        build_prompt as build_prompt,
+        load_templates as load_templates,
+    )

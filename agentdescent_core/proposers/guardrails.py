@@ -48,10 +48,12 @@ from typing import Literal
 
 from agentdescent_core.errors import RefusalError, RunStopped
 from agentdescent_core.proposers.destructive import scan_destructive
-from agentdescent_core.proposers.guardrail_spec import SCRIPT_POLICIES as SCRIPT_POLICIES
-from agentdescent_core.proposers.guardrail_spec import GuardrailSpec as GuardrailSpec
-from agentdescent_core.proposers.guardrail_spec import ScriptPolicy
-from agentdescent_core.proposers.guardrail_spec import parse_guardrails as parse_guardrails
+from agentdescent_core.proposers.guardrail_spec import (
+    SCRIPT_POLICIES as SCRIPT_POLICIES,
+    GuardrailSpec as GuardrailSpec,
+    ScriptPolicy,
+    parse_guardrails as parse_guardrails,
+)
 
 FindingKind = Literal["secret", "pii", "script", "destructive", "size"]
 

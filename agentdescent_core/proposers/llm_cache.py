@@ -27,8 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from agentdescent_core.errors import BackendError
-from agentdescent_core.errors import LLMCacheMiss as LLMCacheMiss
+from agentdescent_core.errors import BackendError, LLMCacheMiss as LLMCacheMiss
 
 CacheMode = Literal["record", "replay", "off"]
 _MODES: tuple[str, ...] = ("record", "replay", "off")

@@ -29,8 +29,7 @@ from typing import Any, Literal, Protocol
 import anthropic
 import openai
 
-from agentdescent_core.errors import BackendError
-from agentdescent_core.errors import ModelBackendError as ModelBackendError
+from agentdescent_core.errors import BackendError, ModelBackendError as ModelBackendError
 from agentdescent_core.proposers.llm_cache import CachedAnswer, LLMCache, request_key
 from agentdescent_core.proposers.pricing import PriceTable
 

@@ -63,8 +63,7 @@ from agentdescent_core.artifacts.paths import (
     normalise_path,
     shown_path,
 )
-from agentdescent_core.errors import RefusalError
-from agentdescent_core.errors import WorkspaceError as WorkspaceError
+from agentdescent_core.errors import RefusalError, WorkspaceError as WorkspaceError
 from agentdescent_core.governance import FrozenSet
 from agentdescent_core.ledger.gitenv import isolated_env, objects_only_env, with_neutral_filters
 from agentdescent_core.sandbox.snapshot import (

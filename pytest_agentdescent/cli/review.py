@@ -16,8 +16,7 @@ import click
 
 from agentdescent_core.sandbox.spec import BACKEND_NAMES
 from pytest_agentdescent.cli._common import PytestArgsCommand, pytest_args
-from pytest_agentdescent.reviewing import ReviewError, ReviewResult
-from pytest_agentdescent.reviewing import review as run_review
+from pytest_agentdescent.reviewing import ReviewError, ReviewResult, review as run_review
 from pytest_agentdescent.settings import EvolveSettings
 
 __all__ = ["render_review", "review"]
