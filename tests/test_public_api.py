@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import os
 import re
 import subprocess
 import sys
@@ -190,7 +191,8 @@ def test_strict_type_checkers_see_every_export(tmp_path: Path) -> None:
         [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent",
          "--config-file", "", "--cache-dir", str(ROOT / ".mypy_cache" / "strict-user"),
          str(user)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False)
+        cwd=ROOT, env={**os.environ, "MYPYPATH": str(ROOT)}, capture_output=True, text=True,
+        timeout=600, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
