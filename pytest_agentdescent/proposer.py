@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from agentdescent_core.errors import AgentDescentError, ContractError
+from agentdescent_core.errors import AgentDescentError, BudgetExhausted, ContractError
 from agentdescent_core.evaluation.records import TestRecord
 from agentdescent_core.evaluation.sandboxed import Observation, SandboxedVerifier, record_reward
 from agentdescent_core.loop.worker import ProposalSite
@@ -80,7 +80,9 @@ class HookProposer:
 
     ``verifier`` answers which other train tasks fail at the same state (from
     what it already measured: nothing is run for it); ``sources`` maps node
-    ids to the test functions' source.  ``calls`` counts hook calls.
+    ids to the test functions' source.  ``calls`` counts hook calls, except one
+    that a budget stopped before it asked anything (the model proposer's
+    ``--evolve-max-usd`` / ``--evolve-max-tokens``): that call was never made.
     """
 
     wants_site = True
@@ -129,6 +131,10 @@ class HookProposer:
             self._calls += 1
         try:
             answer = self._config.hook.pytest_evolve_propose(context=context)
+        except BudgetExhausted:
+            with self._lock:
+                self._calls -= 1  # stopped before the call: nothing was asked
+            raise
         except AgentDescentError:
             raise  # a refusal, a dead backend or the budget's stop: the engine's vocabulary
         except Exception as exc:
