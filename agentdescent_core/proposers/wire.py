@@ -22,8 +22,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-#: The trace event of httpcore that says a whole request was written to the socket
-#: (``http11.send_request_body.complete`` or ``http2.send_request_body.complete``).
+#: The trace events of httpcore around writing a request: ``.started`` carries the
+#: request, ``.complete`` says its whole body was written to the socket (the prefix is
+#: ``http11`` or ``http2``).
+_STARTED = ".send_request_headers.started"
 _SENT = ".send_request_body.complete"
 
 Trace = Callable[[str, Any], Any]
@@ -58,9 +60,14 @@ class WireMeter:
     def _watch(self, request: Any) -> None:
         """The request hook: chain a trace callback that counts the finished send."""
         previous: Trace | None = request.extensions.get("trace")
+        # An HTTPS proxy's CONNECT shares the request's trace: it is not a model request.
+        tunnel = [False]
 
         def trace(event: str, info: Any) -> Any:
-            if event.endswith(_SENT):
+            if event.endswith(_STARTED):
+                sent = info.get("request") if isinstance(info, dict) else None
+                tunnel[0] = getattr(sent, "method", b"") == b"CONNECT"
+            elif event.endswith(_SENT) and not tunnel[0]:
                 self.count()
             if previous is not None:
                 return previous(event, info)
