@@ -192,6 +192,21 @@ def test_max_tokens_stops_before_the_call_that_would_pass_it(
 
 
 @slow
+def test_a_token_budget_without_a_model_is_a_warning(tmp_path: Path) -> None:
+    repo = tmp_path / "agent"
+    make_agent_repo(repo)  # a conftest hook proposes: its own calls are not seen
+
+    result = evolve(repo, "--evolve-max-tokens", "1000", "--evolve-rounds", "0",
+                    "--evolve-dry-run")
+
+    assert result.returncode == 0, explain(result)
+    warning = report_of(repo)["warnings"][-1]
+    assert warning.startswith("--evolve-max-tokens 1000 counts the --evolve-model proposer's")
+    assert "use --evolve-max-calls" in warning
+    assert f"warning: {warning}" in result.stdout
+
+
+@slow
 def test_the_report_counts_the_requests_the_server_received(
         tmp_path: Path, server: WireServer) -> None:
     repo = tmp_path / "agent"
