@@ -195,7 +195,7 @@ class LLMCacheMiss(BackendError):
 
 
 class BudgetExhausted(AgentDescentError):
-    """The run's ``max_calls`` budget is spent; ``reason`` is the stop reason."""
+    """A budget of the run (calls, USD or tokens) is spent; ``reason`` is the stop reason."""
 
     def __init__(self, reason: StopReason, message: str) -> None:
         super().__init__(message)

@@ -293,11 +293,19 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         lines += ["", "## Model", ""]
         cost = model.get("cost_usd")
         lines += _table(
-            ["model", "calls", "input tokens", "output tokens", "cost (USD)", "replayed"],
+            ["model", "requests sent", "input tokens", "output tokens", "cost (USD)",
+             "replayed"],
             [[_cell(model.get("spec", "?")), str(model.get("calls", 0)),
               str(model.get("input_tokens", 0)), str(model.get("output_tokens", 0)),
               "–" if cost is None else f"{float(cost):.4f}", str(model.get("cache_hits", 0))]],
         )
+        lines += ["", "Requests, tokens and cost are what went over the wire (retries and "
+                      "answers that were not valid included)."]
+        if model.get("cache_hits"):
+            lines[-1] += (f" The {model['cache_hits']} replayed answer(s) were not sent; "
+                          f"they carried {model.get('replayed_input_tokens', 0)} input / "
+                          f"{model.get('replayed_output_tokens', 0)} output tokens as "
+                          "recorded, which the budgets count.")
         refused = model.get("refused") or {}
         if refused:
             lines += ["", "Answers refused before evaluation: " + ", ".join(

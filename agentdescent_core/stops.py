@@ -29,6 +29,7 @@ class StopReason(str, Enum):
     MAX_CALLS = "max_calls"
     MAX_SECONDS = "max_seconds"
     MAX_USD = "max_usd"
+    MAX_TOKENS = "max_tokens"
     MAX_ITERS = "max_iters"
     ERROR = "error"
     KILL_SWITCH = "kill-switch"
@@ -53,7 +54,8 @@ class StopReason(str, Enum):
 #: What ``EvolutionResult.stop_reason`` can say after ``evolve()`` / ``async_evolve()``.
 DRIVER_REASONS: tuple[StopReason, ...] = (
     StopReason.TARGET_REWARD, StopReason.PATIENCE, StopReason.ROUNDS, StopReason.MAX_SECONDS,
-    StopReason.MAX_CALLS, StopReason.MAX_USD, StopReason.MAX_ITERS, StopReason.ERROR,
+    StopReason.MAX_CALLS, StopReason.MAX_USD, StopReason.MAX_TOKENS, StopReason.MAX_ITERS,
+    StopReason.ERROR,
 )
 
 #: What a durable ``pytest --evolve`` run's result can say besides the driver's words.
@@ -89,6 +91,9 @@ _RUN_TO_KERNEL: dict[StopReason, StopReason] = {
     StopReason.PATIENCE: StopReason.PATIENCE,
     StopReason.MAX_CALLS: StopReason.BUDGET,
     StopReason.MAX_SECONDS: StopReason.BUDGET,
+    # the model proposer's budgets: the kernel's one word for a spent budget
+    StopReason.MAX_USD: StopReason.BUDGET,
+    StopReason.MAX_TOKENS: StopReason.BUDGET,
     StopReason.ERROR: StopReason.ERROR,
     StopReason.ROUNDS: StopReason.MAX_GENERATIONS,
 }

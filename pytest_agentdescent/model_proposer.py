@@ -22,8 +22,9 @@ answered (a wrong base URL, a dead server) ends the run at once with the error
 naming the endpoint — nothing suggests it will come back; after a first
 answer a failure costs that proposal only.  The guardrails' violation limit
 ends the run with their reason (GuardrailsTripped, from the run's one
-Guardrails, which the workers share).  ``--evolve-max-usd`` raises the budget's stop
-before a call that would take the cost past it.
+Guardrails, which the workers share).  ``--evolve-max-usd`` and
+``--evolve-max-tokens`` raise the budget's stop before a call that would take
+the cost or the tokens past them (``max_usd`` / ``max_tokens``).
 """
 
 from __future__ import annotations
@@ -56,12 +57,12 @@ if TYPE_CHECKING:
     from agentdescent_core.loop.result import RoundInfo
     from agentdescent_core.proposers.guardrails import Guardrails
     from agentdescent_core.proposers.llm_cache import LLMCache
-    from agentdescent_core.proposers.models import ModelAnswer, ModelClient
+    from agentdescent_core.proposers.models import ModelAnswer, ModelClient, Usage
 
 PLUGIN_NAME = "agentdescent-model"
 
-#: A first call is priced from the prompt (about 4 characters a token) and this many
-#: output tokens; later calls from the most expensive call so far.
+#: A first call is estimated from the prompt (about 4 characters a token) and this many
+#: output tokens; later calls as the largest call so far (in USD, and in tokens).
 _FIRST_OUTPUT_TOKENS = 1024
 _SUMMARY_LINES = 12
 _KEEP_PER_TASK = 6
@@ -99,6 +100,7 @@ class _Pending:
 @dataclass
 class _Books:
     max_call_cost: float = 0.0
+    max_call_tokens: int = 0
     refused: dict[str, int] = field(default_factory=dict)
     proposals: list[dict[str, Any]] = field(default_factory=list)
 
@@ -116,6 +118,7 @@ class ModelProposer:
         templates: PromptTemplates,
         frozen: str,
         max_usd: float | None = None,
+        max_tokens: int | None = None,
         cache: LLMCache | None = None,
         budget_chars: int = DEFAULT_BUDGET,
     ) -> None:
@@ -126,6 +129,7 @@ class ModelProposer:
         self._templates = templates
         self._frozen = frozen
         self._max_usd = max_usd
+        self._max_tokens = max_tokens
         self._cache = cache
         self._budget_chars = budget_chars
         self._lock = threading.Lock()
@@ -212,17 +216,39 @@ class ModelProposer:
             self._succeeded = True
             if completion.cost_usd is not None:
                 self._books.max_call_cost = max(self._books.max_call_cost, completion.cost_usd)
+            self._books.max_call_tokens = max(self._books.max_call_tokens,
+                                              completion.usage.total)
         return completion
 
     def _check_spend(self, system: str, user: str) -> None:
-        """Raise the budget's stop when the next call could take the cost past ``max_usd``."""
+        """Raise the budget's stop when the next call could take the run past a budget.
+
+        Both budgets read the client's budget figures (replayed answers included, so
+        a replay stops where its recording did) and estimate the next call as the
+        largest one so far, or from the prompt before the first answer.
+        """
+        if self._max_tokens is not None:
+            spent_tokens = self.client.tokens
+            with self._lock:
+                tokens = self._books.max_call_tokens
+            if tokens <= 0:
+                tokens = self._first_call_usage(system, user).total
+            if spent_tokens >= self._max_tokens or spent_tokens + tokens > self._max_tokens:
+                raise BudgetExhausted(
+                    StopReason.MAX_TOKENS,
+                    f"the next model call (about {tokens} tokens) would take the run past "
+                    f"--evolve-max-tokens {self._max_tokens} ({spent_tokens} input and output "
+                    "tokens spent)",
+                )
         if self._max_usd is None:
             return
         spent = self.client.cost_usd or 0.0
         with self._lock:
             estimate = self._books.max_call_cost
         if estimate <= 0.0:
-            estimate = self._first_call_cost(system, user)
+            cost = self.client.prices.cost(self.client.spec.model,
+                                           self._first_call_usage(system, user))
+            estimate = float(cost) if cost is not None else 0.0
         if spent + estimate > self._max_usd:
             raise BudgetExhausted(
                 StopReason.MAX_USD,
@@ -230,13 +256,12 @@ class ModelProposer:
                 f"--evolve-max-usd {self._max_usd} ({spent:.4f} USD spent)",
             )
 
-    def _first_call_cost(self, system: str, user: str) -> float:
+    @staticmethod
+    def _first_call_usage(system: str, user: str) -> Usage:
         from agentdescent_core.proposers.models import Usage
 
-        usage = Usage(input_tokens=(len(system) + len(user)) // 4,
-                      output_tokens=_FIRST_OUTPUT_TOKENS)
-        cost = self.client.prices.cost(self.client.spec.model, usage)
-        return float(cost) if cost is not None else 0.0
+        return Usage(input_tokens=(len(system) + len(user)) // 4,
+                     output_tokens=_FIRST_OUTPUT_TOKENS)
 
     # ---------------------------------------------------------------- memory of rejections
 
@@ -302,17 +327,28 @@ class ModelProposer:
             self._cache.close()
 
     def report(self) -> dict[str, Any]:
-        """The ``model`` section of report.json."""
-        usage = self.client.usage
+        """The ``model`` section of report.json.
+
+        ``calls``, the tokens and ``cost_usd`` are what went over the wire (the
+        requests the endpoint received, retries and invalid answers included);
+        answers replayed from the LLM cache are counted apart, in ``cache_hits``
+        and the ``replayed_*`` tokens.
+        """
+        client = self.client
+        paid, replayed = client.wire_usage, client.replayed_usage
         with self._lock:
             return {
                 "spec": self.spec,
-                "calls": self.client.calls,
-                "input_tokens": usage.input_tokens,
-                "output_tokens": usage.output_tokens,
-                "cost_usd": self.client.cost_usd,
-                "cache_hits": self.client.cache_hits,
-                "endpoint": self.client.endpoint,
+                "calls": client.calls,
+                "answers": client.answers,
+                "failures": client.failures,
+                "input_tokens": paid.input_tokens,
+                "output_tokens": paid.output_tokens,
+                "cost_usd": client.wire_cost_usd,
+                "cache_hits": client.cache_hits,
+                "replayed_input_tokens": replayed.input_tokens,
+                "replayed_output_tokens": replayed.output_tokens,
+                "endpoint": client.endpoint,
                 "refused": dict(sorted(self._books.refused.items())),
                 "guardrail_violations": self._guardrails.violations,
                 "proposals": [dict(p) for p in self._books.proposals],

@@ -38,7 +38,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from agentdescent_core.errors import AgentDescentError, ContractError, RefusalError
+from agentdescent_core.errors import (
+    AgentDescentError,
+    BudgetExhausted,
+    ContractError,
+    RefusalError,
+)
 from agentdescent_core.evaluation.records import TestRecord
 from agentdescent_core.evaluation.sandboxed import Observation, SandboxedVerifier, record_reward
 from agentdescent_core.loop.worker import ProposalSite
@@ -91,7 +96,9 @@ class HookProposer:
 
     ``verifier`` answers which other train tasks fail at the same state (from
     what it already measured: nothing is run for it); ``sources`` maps node
-    ids to the test functions' source.  ``calls`` counts hook calls.
+    ids to the test functions' source.  ``calls`` counts hook calls, except one
+    that a budget stopped before it asked anything (the model proposer's
+    ``--evolve-max-usd`` / ``--evolve-max-tokens``): that call was never made.
     ``memory`` (optional) is shown to the hook as ``context.history`` and
     records every answer with its verdict; ``hidden`` are the held-out test
     ids, which are never shown.
@@ -152,11 +159,15 @@ class HookProposer:
             self._calls += 1
         try:
             answer = self._config.hook.pytest_evolve_propose(context=context)
+        except BudgetExhausted:
+            with self._lock:
+                self._calls -= 1  # stopped before the call: nothing was asked
+            raise
         except RefusalError as refusal:
             self._remember_refusal(site, tasks, refusal)
             raise
         except AgentDescentError:
-            raise  # a dead backend or the budget's stop: the engine's vocabulary
+            raise  # a dead backend: the engine's vocabulary
         except Exception as exc:
             lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
             tail = "".join(lines[-_TRACE_LINES:]).rstrip()

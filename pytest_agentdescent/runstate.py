@@ -44,8 +44,8 @@ STOP_VARIABLE = "AGENTDESCENT_STOP"
 
 # Settings that make two runs "the same run": a run killed with these resumes.
 _KEY_FIELDS = ("rounds", "workers", "repeats", "model", "sandbox", "network", "frozen",
-               "target", "patience", "max_calls", "max_usd", "seed", "branch_prefix",
-               "promote_after", "holdout")
+               "target", "patience", "max_calls", "max_usd", "max_tokens", "seed",
+               "branch_prefix", "promote_after", "holdout")
 
 
 def run_key(settings: EvolveSettings, roots: Sequence[str], subdir: str) -> str:

@@ -145,6 +145,8 @@ class EvolveSession:
         # --evolve-rounds 0 measures the baseline only: nothing is proposed, so none is needed
         if not implementations and self._model_setup is None and settings.rounds > 0:
             raise pytest.UsageError(missing_proposer_message())
+        if self._model_setup is None:
+            self.warnings.extend(_unmetered_budgets(settings))
         backend = self._backend()
         state_dir = ensure_state_dir(plan.layout, settings.state_dir)
         try:
@@ -229,7 +231,7 @@ class EvolveSession:
             client, spec=str(setup.spec), tree=tree,
             guardrails=self._guardrails,
             templates=setup.templates, frozen=frozen_description(settings.frozen),
-            max_usd=settings.max_usd, cache=cache,
+            max_usd=settings.max_usd, max_tokens=settings.max_tokens, cache=cache,
         )
         self.config.pluginmanager.register(model, PLUGIN_NAME)
         return model
@@ -294,7 +296,7 @@ class EvolveSession:
         finished = finish_run(
             result, settings=settings, plan=plan, ledger=ledger, split=verifier.split,
             initial=initial, before=before, after=after, broken=broken is not None,
-            calls=proposer.calls, cost_usd=model.client.cost_usd if model else None,
+            calls=proposer.calls, cost_usd=model.client.wire_cost_usd if model else None,
             extra=self._report_fields(plan, sandbox, decision, verifier.evaluations),
             decision=decision, created=created, base=base, state_dir=state_dir,
             started_at=self._started_at, memory=memory,
@@ -320,6 +322,7 @@ class EvolveSession:
             "repeats": settings.repeats,
             "seed": settings.seed,
             "max_usd": settings.max_usd,
+            "max_tokens": settings.max_tokens,
             "branch_prefix": settings.branch_prefix,
             "warnings": [*plan.notes, *self.warnings],
             "session": None if decision is None else decision.to_json(),
@@ -584,6 +587,18 @@ def _model_setup(settings: EvolveSettings, *, check_key: bool = True) -> _ModelS
     except (ValueError, OSError) as exc:
         raise pytest.UsageError(f"ini evolve_prompt: {exc}") from None
     return _ModelSetup(spec, prices, templates)
+
+
+def _unmetered_budgets(settings: EvolveSettings) -> list[str]:
+    """Warnings for the model budgets given to a run without a model: nothing counts them."""
+    given = [f"{option} {value}" for option, value in (
+        ("--evolve-max-usd", settings.max_usd), ("--evolve-max-tokens", settings.max_tokens))
+        if value is not None]
+    if not given:
+        return []
+    return [f"{', '.join(given)} counts the --evolve-model proposer's calls, and this run has "
+            "no --evolve-model: nothing is counted against it (a pytest_evolve_propose hook's "
+            "own calls are not seen); use --evolve-max-calls to cap the hook calls"]
 
 
 def _proposer_line(implementations: Sequence[str], model: ModelProposer | None) -> str:

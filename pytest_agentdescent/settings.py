@@ -81,6 +81,7 @@ class EvolveSettings:
     patience: int | None = None
     max_calls: int | None = None
     max_usd: float | None = None
+    max_tokens: int | None = None
     seed: int = 0
     state_dir: str = ".agentdescent"
     branch_prefix: str = _DEFAULT_PREFIX
@@ -358,6 +359,10 @@ KNOBS: tuple[Knob, ...] = (
          "a number > 0", _float_in(0.0, None, low_open=True, high_open=False),
          "Stop once the model calls have cost this many US dollars (default: no limit).",
          "USD"),
+    Knob("max_tokens", "--evolve-max-tokens", "evolve_max_tokens", "value", _INT,
+         "an integer >= 1", _int_at_least(1),
+         "Stop before the model calls would use more than N tokens, input plus output as "
+         "the API reports them (default: no limit).", "N"),
     Knob("seed", "--evolve-seed", "evolve_seed", "value", _INT, "an integer", _as_int,
          "Seed of every random choice of the run (default 0).", "N"),
     Knob("state_dir", "--evolve-state-dir", "evolve_state_dir", "value", "string",

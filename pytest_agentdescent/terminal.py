@@ -198,10 +198,11 @@ def summary_lines(report: Mapping[str, Any], *, report_path: str,
     if isinstance(model, Mapping):
         cost = model.get("cost_usd")
         spent = f"{cost:.4f} USD" if isinstance(cost, (int, float)) else "cost unknown (no price)"
-        cached = f", {model['cache_hits']} replayed" if model.get("cache_hits") else ""
-        lines.append(f"model     {model.get('spec')}: {model.get('calls', 0)} call(s){cached}, "
-                     f"{model.get('input_tokens', 0)} input / {model.get('output_tokens', 0)} "
-                     f"output tokens, {spent}")
+        cached = (f" (and {model['cache_hits']} replayed, not sent)"
+                  if model.get("cache_hits") else "")
+        lines.append(f"model     {model.get('spec')}: {model.get('calls', 0)} call(s) sent"
+                     f"{cached}, {model.get('input_tokens', 0)} input / "
+                     f"{model.get('output_tokens', 0)} output tokens, {spent}")
     if report.get("error"):
         lines.append(f"error     {report['error']}")
     lines.append(f"report    {report_path}")

@@ -103,10 +103,17 @@ def test_replay_returns_the_recorded_answers_in_order_without_calling(server, tm
         ]
     assert replayed == ["first answer", "other answer", "second answer"]
     assert len(server.requests) == 3  # nothing new reached the server
-    # Budgets see the same numbers as in the recorded run; the hits say nothing was paid.
-    assert (client.calls, client.cache_hits) == (3, 3)
+    # Budgets see the same numbers as in the recorded run; what went over the wire is
+    # nothing: no call, no paid token, the hits counted apart.
+    assert (client.calls, client.answers, client.cache_hits) == (0, 0, 3)
+    assert (recorder.calls, recorder.answers, recorder.cache_hits) == (3, 3, 0)
     assert client.usage == recorder.usage == Usage(250, 35)
+    assert client.tokens == recorder.tokens == 285
     assert client.cost_usd == pytest.approx(recorder.cost_usd)
+    assert client.replayed_usage == Usage(250, 35)
+    assert client.wire_usage == Usage(0, 0)
+    assert client.wire_cost_usd == 0.0
+    assert recorder.wire_cost_usd == pytest.approx(recorder.cost_usd)
 
 
 def test_replay_needs_no_api_key(server, tmp_path, monkeypatch):

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from conftest import user_git
 from test_session_runs import evolve, explain, make_agent_repo, report_of
-from wire_servers import WireServer, start_openai_server
+from wire_servers import Answer, WireServer, start_openai_server
 
 from agentdescent_core.errors import RefusalError
 
@@ -100,7 +100,7 @@ def test_a_model_run_refuses_bad_answers_by_category_and_accepts_the_improving_e
     model = report["model"]
     assert (model["calls"], model["spec"]) == (6, MODEL)
     assert min(model["input_tokens"], model["output_tokens"]) > 0
-    assert f"model     {MODEL}: 6 call(s), " in result.stdout
+    assert f"model     {MODEL}: 6 call(s) sent, " in result.stdout
     assert model["refused"] == {
         "frozen-violation/frozen-path": 1, "invalid-proposal/no-json": 1,
         "invalid-proposal/parent-traversal": 1, "invalid-proposal/search-not-found": 1,
@@ -162,6 +162,72 @@ def test_max_usd_stops_before_a_call_that_would_exceed_it(
     assert report["stop_reason"] == "max_usd"
     assert server.calls == []
     assert report["cost_usd"] == 0.0
+    # the proposer call the budget stopped was never made: no call is reported
+    assert report["calls"] == report["model"]["calls"] == 0
+
+
+@slow
+def test_max_tokens_stops_before_the_call_that_would_pass_it(
+        tmp_path: Path, server: WireServer) -> None:
+    repo = tmp_path / "agent"
+    make_agent_repo(repo, proposer=NO_HOOK)  # no price: the token budget needs none
+    server.script([], then=Answer("nothing useful", input_tokens=1500, output_tokens=500))
+
+    # 2,000 tokens a call: after three (6,000) the next one would pass 7,000
+    result = run(repo, model_env(server), "--evolve-max-tokens", "7000",
+                 "--evolve-workers", "1", "--evolve-rounds", "10")
+
+    assert result.returncode == 0, explain(result)
+    report = report_of(repo)
+    assert (report["stop_reason"], report["error"]) == ("max_tokens", None)
+    assert report["max_tokens"] == 7000
+    assert len(server.calls) == 3
+    model = report["model"]
+    assert (model["calls"], model["answers"], report["calls"]) == (3, 3, 3)
+    assert (model["input_tokens"], model["output_tokens"]) == (4500, 1500)
+    assert "stopped   max_tokens after " in result.stdout
+    # the run store records a spent budget as a finished run, not a failed one
+    assert (report["run"]["status"], report["run"]["stopped_reason"]) == ("completed", "budget")
+    assert "3 proposer call(s)" in result.stdout
+
+
+@slow
+def test_a_token_budget_without_a_model_is_a_warning(tmp_path: Path) -> None:
+    repo = tmp_path / "agent"
+    make_agent_repo(repo)  # a conftest hook proposes: its own calls are not seen
+
+    result = evolve(repo, "--evolve-max-tokens", "1000", "--evolve-rounds", "0",
+                    "--evolve-dry-run")
+
+    assert result.returncode == 0, explain(result)
+    warning = report_of(repo)["warnings"][-1]
+    assert warning.startswith("--evolve-max-tokens 1000 counts the --evolve-model proposer's")
+    assert "use --evolve-max-calls" in warning
+    assert f"warning: {warning}" in result.stdout
+
+
+@slow
+def test_the_report_counts_the_requests_the_server_received(
+        tmp_path: Path, server: WireServer) -> None:
+    repo = tmp_path / "agent"
+    make_agent_repo(repo, proposer=NO_HOOK)
+    server.script([
+        (500, {"retry-after-ms": "10"}, None),  # round 1: the SDK retries it ...
+        "no edit",                              # ... and gets an answer
+        (200, {}, {"unexpected": True}),        # round 2: a 200 that is not an answer
+    ], then="no edit either")                   # round 3
+
+    result = run(repo, model_env(server), "--evolve-workers", "1", "--evolve-rounds", "3")
+
+    assert result.returncode == 0, explain(result)
+    report = report_of(repo)
+    model = report["model"]
+    assert model["calls"] == len(server.calls) == 4
+    assert (model["answers"], model["failures"], model["cache_hits"]) == (2, 1, 0)
+    assert report["calls"] == 3  # the proposer was asked three times
+    assert f"model     {MODEL}: 4 call(s) sent, " in result.stdout
+    text = (repo / ".agentdescent/report.md").read_text()
+    assert "| requests sent |" in text
 
 
 @slow
@@ -280,6 +346,8 @@ def test_record_then_replay_gives_the_same_run_without_the_server(
     first = report_of(repo)
     assert first["outcomes"] == {"committed": 1}
     assert (repo / ".agentdescent/llm-cache.sqlite3").is_file()
+    assert (first["model"]["calls"], first["model"]["cache_hits"]) == (len(server.calls), 0)
+    assert len(server.calls) == 1
     server.close()
     dead = model_env(None, base_url="http://127.0.0.1:9/v1")
 
@@ -290,7 +358,13 @@ def test_record_then_replay_gives_the_same_run_without_the_server(
     second = report_of(repo)
     assert second["outcomes"] == first["outcomes"]
     assert second["reward_after"] == first["reward_after"] == 1.0
-    assert second["model"]["cache_hits"] == second["model"]["calls"] == 1
+    # the replayed answer was not sent: no call, no paid token, counted apart
+    replay = second["model"]
+    assert (replay["calls"], replay["cache_hits"], replay["answers"]) == (0, 1, 0)
+    assert (replay["input_tokens"], replay["output_tokens"]) == (0, 0)
+    assert replay["replayed_input_tokens"] == first["model"]["input_tokens"] > 0
+    assert replay["replayed_output_tokens"] == first["model"]["output_tokens"] > 0
+    assert f"model     {MODEL}: 0 call(s) sent (and 1 replayed, not sent)" in replayed.stdout
 
     # another artifact means another prompt: replay refuses to call the model for it
     (repo / "skills/support/style.md").write_text("Be brief. Be kind.\n")

@@ -203,7 +203,8 @@ def test_a_model_that_refuses_max_tokens_is_asked_again_in_its_shape(openai_serv
               for r in openai_server.requests]
     assert shapes == [["max_tokens", "temperature"], ["max_completion_tokens"],
                       ["max_completion_tokens"]]
-    assert client.calls == 2
+    # the refused request reached the server too: it is a call, but not an answer
+    assert (client.calls, client.answers) == (3, 2) == (len(openai_server.requests), 2)
 
 
 def test_other_bad_requests_are_not_retried_in_another_shape(openai_server):
@@ -261,7 +262,8 @@ def test_429_with_retry_after_is_waited_out_then_answered(provider_server):
     # The SDK's own first backoff is at most 0.5 s: a 1 s wait means retry-after was honoured.
     assert waited >= 0.95
     assert server.requests[1].headers.get("x-stainless-retry-count") == "1"
-    assert (client.calls, client.failures) == (1, 0)
+    # the SDK's retry went over the wire: two calls the server saw, one answer
+    assert (client.calls, client.answers, client.failures) == (2, 1, 0)
 
 
 def test_persistent_500_becomes_a_backend_error_naming_the_endpoint(provider_server):
@@ -279,7 +281,7 @@ def test_persistent_500_becomes_a_backend_error_naming_the_endpoint(provider_ser
     assert "HTTP 500" in str(err)
     assert "after 2 retries" in str(err)
     assert (err.status, err.endpoint) == (500, server.base_url)
-    assert (client.calls, client.failures) == (0, 1)
+    assert (client.calls, client.answers, client.failures) == (3, 0, 1)
     assert client.last_error == str(err)
 
 
@@ -324,6 +326,39 @@ def test_a_truncated_body_then_a_good_one_succeeds(anthropic_server):
     anthropic_server.script(["truncated", "whole"])
     client = ModelClient(ModelSpec("anthropic", "claude-haiku-4-5"), max_retries=1)
     assert client.complete("s", "u").text == "whole"
+
+
+def test_calls_are_the_requests_the_server_received(provider_server):
+    """Retries, a dropped body and an answer that is not one are calls; tokens are the answers'."""
+    spec, server = provider_server
+    server.script([
+        "truncated",  # dropped mid-body: the SDK sends it again
+        Answer("first", input_tokens=11, output_tokens=2),
+        (200, {}, {"unexpected": True}),  # a 200 that is no answer: an error, not retried
+        (429, FAST_RETRY, None),  # rate limited once, then answered
+        Answer("second", input_tokens=5, output_tokens=3),
+    ])
+    client = ModelClient(spec, max_retries=1)
+
+    assert client.complete("s", "one").text == "first"
+    assert client.calls == len(server.calls) == 2
+    with pytest.raises(ModelBackendError, match="without"):
+        client.complete("s", "two")
+    assert client.calls == len(server.calls) == 3
+    assert client.complete("s", "three").text == "second"
+
+    assert client.calls == len(server.calls) == 5
+    assert (client.answers, client.failures, client.cache_hits) == (2, 1, 0)
+    assert client.wire_usage == client.usage == Usage(16, 5)
+    assert client.tokens == 21
+
+
+def test_a_refused_connection_is_no_call():
+    client = ModelClient(ModelSpec("openai", "gpt-4o-mini"), api_key="k",
+                         base_url="http://127.0.0.1:9/v1", max_retries=1)
+    with pytest.raises(ModelBackendError, match="could not be reached"):
+        client.complete("s", "u")
+    assert (client.calls, client.failures) == (0, 1)  # nothing reached a server
 
 
 @pytest.mark.parametrize(

@@ -77,7 +77,8 @@ def test_command_line_values(pytester: pytest.Pytester) -> None:
         "--evolve-model", "anthropic:claude-sonnet-4-5", "--evolve-sandbox", "local",
         "--evolve-network", "none", "--evolve-frozen", "skills/*/LICENSE",
         "--evolve-dry-run", "--evolve-target", "1", "--evolve-patience", "2",
-        "--evolve-max-calls", "7", "--evolve-max-usd", "0.5", "--evolve-seed", "-3",
+        "--evolve-max-calls", "7", "--evolve-max-usd", "0.5", "--evolve-max-tokens", "9000",
+        "--evolve-seed", "-3",
         "--evolve-state-dir", "build/state", "--evolve-branch-prefix", "bots/evolve-",
         "--evolve-promote-after", "1",
     )
@@ -91,6 +92,7 @@ def test_command_line_values(pytester: pytest.Pytester) -> None:
     assert settings.pr is False
     assert (settings.target, settings.patience, settings.max_calls) == (1.0, 2, 7)
     assert settings.max_usd == 0.5
+    assert settings.max_tokens == 9000
     assert settings.seed == -3
     assert settings.state_dir == "build/state"
     assert settings.branch_prefix == "bots/evolve-"
@@ -118,6 +120,7 @@ def test_ini_fallback_for_every_key(pytester: pytest.Pytester) -> None:
         evolve_patience = 5
         evolve_max_calls = 20
         evolve_max_usd = 2.5
+        evolve_max_tokens = 120000
         evolve_seed = 11
         evolve_state_dir = .state
         evolve_branch_prefix = ad/
@@ -135,7 +138,8 @@ def test_ini_fallback_for_every_key(pytester: pytest.Pytester) -> None:
         paths=(str(pytester.path / "skills"), str(pytester.path / "prompts")),
         rounds=4, workers=1, repeats=3, model="openai:gpt-4o-mini", sandbox="bwrap",
         network="none", frozen=("skills/LICENSE", "prompts/*.lock"), dry_run=True,
-        target=0.9, patience=5, max_calls=20, max_usd=2.5, seed=11, state_dir=".state",
+        target=0.9, patience=5, max_calls=20, max_usd=2.5, max_tokens=120_000, seed=11,
+        state_dir=".state",
         branch_prefix="ad/", promote_after=2, holdout=0.0, env=("PATH", "MY_AGENT_*"),
         test_timeout=5.5, eval_concurrency=2,
     )
@@ -246,6 +250,9 @@ def test_settings_are_read_once_and_cached(pytester: pytest.Pytester) -> None:
         (("--evolve-max-calls", "0"), "--evolve-max-calls must be an integer >= 1"),
         (("--evolve-max-usd", "0"), "--evolve-max-usd must be a number > 0, got '0'"),
         (("--evolve-max-usd", "inf"), "got 'inf'"),
+        (("--evolve-max-tokens", "0"),
+         "--evolve-max-tokens must be an integer >= 1, got '0' (ini evolve_max_tokens)"),
+        (("--evolve-max-tokens", "1e6"), "--evolve-max-tokens must be an integer >= 1"),
         (("--evolve-seed", "one"), "--evolve-seed must be an integer, got 'one'"),
         (("--evolve-state-dir", " "), "--evolve-state-dir must be a non-empty path"),
         (("--evolve-promote-after", "0"), "--evolve-promote-after must be an integer >= 1"),
@@ -279,6 +286,8 @@ def test_bad_command_line_values(
         ("evolve_env = GITHUB_TOKEN", "GITHUB_TOKEN is a credential that is never passed"),
         ("evolve_script_policy = ignore", "ini evolve_script_policy must be one of warn|reject"),
         ("evolve_violation_limit = 0", "ini evolve_violation_limit must be an integer >= 1"),
+        ("evolve_max_tokens = lots", "ini evolve_max_tokens (the ini key of "
+                                     "--evolve-max-tokens) must be an integer >= 1"),
         ("evolve_prices = gpt-x = 1", "ini evolve_prices must be lines 'MODEL = INPUT_USD "
                                       "OUTPUT_USD'"),
         ("evolve_prices = gpt-x = 1 -2", "got"),

@@ -186,10 +186,14 @@ def test_markdown_shows_the_model_section_only_when_a_model_proposed() -> None:
                           extra={"model": {"spec": "openai:test-model", "calls": 3,
                                            "input_tokens": 1200, "output_tokens": 300,
                                            "cost_usd": 0.0123, "cache_hits": 1,
+                                           "replayed_input_tokens": 400,
+                                           "replayed_output_tokens": 50,
                                            "refused": {"secret": 1, "invalid-proposal": 2}}})
     text = render_markdown(report)
     assert "## Model" in text
+    assert "| model | requests sent | input tokens |" in text
     assert "| openai:test-model | 3 | 1200 | 300 | 0.0123 | 1 |" in text
+    assert "The 1 replayed answer(s) were not sent; they carried 400 input / 50 output" in text
     assert "invalid-proposal ×2, secret ×1" in text
 
 

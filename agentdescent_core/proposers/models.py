@@ -15,6 +15,9 @@ answer (truncated, not JSON, the wrong shape) is a backend error too.
 
 A :class:`ModelClient` also keeps the run's accounting (calls, tokens, USD) that
 the budget checks read, and goes through the record/replay cache when given one.
+Its ``calls`` are the requests the endpoint received, counted as they leave
+(:mod:`.wire`): SDK retries and answers that were not valid count, replayed
+answers do not (they are ``cache_hits``).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import openai
 from agentdescent_core.errors import BackendError, ModelBackendError as ModelBackendError
 from agentdescent_core.proposers.llm_cache import CachedAnswer, LLMCache, request_key
 from agentdescent_core.proposers.pricing import PriceTable
+from agentdescent_core.proposers.wire import WireMeter
 
 Provider = Literal["anthropic", "openai", "callable"]
 _PROVIDERS = ("anthropic", "openai")
@@ -100,6 +104,11 @@ class Usage:
             self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens
         )
 
+    @property
+    def total(self) -> int:
+        """Input plus output tokens: the unit of ``--evolve-max-tokens``."""
+        return self.input_tokens + self.output_tokens
+
 
 @dataclass(frozen=True)
 class ModelAnswer:
@@ -160,9 +169,11 @@ class _SDKBackend:
         max_retries: int,
         api_key: str | None,
         base_url: str | None,
+        meter: WireMeter,
     ) -> None:
         self.model, self.max_tokens, self.temperature = model, max_tokens, temperature
         self.timeout, self.max_retries = timeout, max_retries
+        self.meter = meter
         self.client = self._client(api_key, base_url)
         self.endpoint = str(self.client.base_url).rstrip("/")
 
@@ -214,7 +225,8 @@ class _AnthropicBackend(_SDKBackend):
 
     def _client(self, api_key: str | None, base_url: str | None) -> anthropic.Anthropic:
         return anthropic.Anthropic(
-            api_key=api_key, base_url=base_url, timeout=self.timeout, max_retries=self.max_retries
+            api_key=api_key, base_url=base_url, timeout=self.timeout, max_retries=self.max_retries,
+            http_client=self.meter.http_client(anthropic),
         )
 
     def call(self, system: str, user: str) -> tuple[str, Usage, str]:
@@ -258,7 +270,8 @@ class _OpenAIBackend(_SDKBackend):
         if api_key is None and not os.environ.get("OPENAI_API_KEY") and local:
             api_key = PLACEHOLDER_KEY
         return openai.OpenAI(
-            api_key=api_key, base_url=base_url, timeout=self.timeout, max_retries=self.max_retries
+            api_key=api_key, base_url=base_url, timeout=self.timeout, max_retries=self.max_retries,
+            http_client=self.meter.http_client(openai),
         )
 
     def _create(self, messages: list[Any]) -> Any:
@@ -334,8 +347,8 @@ def _refuses_sampling_parameters(exc: openai.BadRequestError) -> bool:
 class _CallableBackend:
     """Any ``prompt -> text`` function as a model (tests, local scripts, other SDKs)."""
 
-    def __init__(self, fn: Callable[..., str], name: str) -> None:
-        self.fn, self.endpoint = fn, f"callable:{name}"
+    def __init__(self, fn: Callable[..., str], name: str, meter: WireMeter) -> None:
+        self.fn, self.endpoint, self.meter = fn, f"callable:{name}", meter
         try:
             params = list(inspect.signature(fn).parameters.values())
         except (TypeError, ValueError):
@@ -346,6 +359,7 @@ class _CallableBackend:
         self.two_args = len(required) >= 2 or (variadic and not required)
 
     def call(self, system: str, user: str) -> tuple[str, Usage, str]:
+        self.meter.count()  # the function is this model's wire: each call reaches it
         try:
             text = self.fn(system, user) if self.two_args else self.fn(f"{system}\n\n{user}")
         except Exception as exc:
@@ -368,10 +382,15 @@ class _CallableBackend:
 class ModelClient:
     """One client per run, shared by the workers (thread-safe).
 
-    Accounting: ``calls`` answers received (replayed ones included, so a replay
-    takes the same budget decisions as its recording), ``cache_hits`` how many of
-    them were replayed, ``failures`` calls that ended in an error, ``usage`` the
-    token totals, ``cost_usd`` their price (None when the model has no price).
+    Accounting, in two units.  What went over the wire: ``calls`` the requests
+    the endpoint received (the SDKs' retries and answers that were not valid
+    included), ``answers`` the usable answers among them, ``wire_usage`` and
+    ``wire_cost_usd`` the tokens the provider reported for them and their price
+    — what the report shows as spent.  What the budgets count: ``usage``,
+    ``tokens`` and ``cost_usd`` add the answers replayed from the LLM cache
+    (``cache_hits``, ``replayed_usage``) as they were recorded, so a replay
+    stops where its recording stopped.  ``failures`` counts ``complete`` calls
+    that ended in an error; a cost is None when the model has no price.
     """
 
     def __init__(
@@ -407,6 +426,7 @@ class ModelClient:
                     endpoint=spec.provider,
                 )
         backend_cls = _AnthropicBackend if spec.provider == "anthropic" else _OpenAIBackend
+        meter = WireMeter()
         backend = backend_cls(
             spec.model,
             max_tokens=max_tokens,
@@ -415,13 +435,15 @@ class ModelClient:
             max_retries=max_retries,
             api_key=api_key,
             base_url=base_url,
+            meter=meter,
         )
-        self._setup(spec, backend, max_tokens, temperature, prices, cache_on)
+        self._setup(spec, backend, meter, max_tokens, temperature, prices, cache_on)
 
     def _setup(
         self,
         spec: ModelSpec,
         backend: _Backend,
+        meter: WireMeter,
         max_tokens: int,
         temperature: float,
         prices: PriceTable | None,
@@ -433,12 +455,13 @@ class ModelClient:
         self.prices = prices if prices is not None else PriceTable.default()
         self.cache = cache if cache is not None and cache.enabled else None
         self._backend = backend
+        self._meter = meter
         self._lock = threading.Lock()
-        self.calls = 0
+        self.answers = 0
         self.cache_hits = 0
         self.failures = 0
-        self.usage = Usage(0, 0)
-        self._cost = 0.0
+        self.wire_usage = Usage(0, 0)
+        self.replayed_usage = Usage(0, 0)
         self.last_error: str | None = None
 
     @classmethod
@@ -456,9 +479,9 @@ class ModelClient:
         """
         label = name or getattr(fn, "__name__", None) or type(fn).__name__
         self = cls.__new__(cls)
-        self._setup(
-            ModelSpec("callable", label), _CallableBackend(fn, label), 0, 0.0, PriceTable({}), cache
-        )
+        meter = WireMeter()
+        self._setup(ModelSpec("callable", label), _CallableBackend(fn, label, meter), meter, 0,
+                    0.0, PriceTable({}), cache)
         return self
 
     def as_completion(self, system: str = "") -> Callable[[str], str]:
@@ -475,11 +498,32 @@ class ModelClient:
         return self._backend.endpoint
 
     @property
-    def cost_usd(self) -> float | None:
-        if self.prices.price(self.spec.model) is None:
-            return None
+    def calls(self) -> int:
+        """Requests the endpoint received: what the provider saw (and may bill)."""
+        return self._meter.sent
+
+    @property
+    def usage(self) -> Usage:
+        """Tokens of every answer this run used, replayed ones as recorded (the budgets' unit)."""
         with self._lock:
-            return self._cost
+            return self.wire_usage + self.replayed_usage
+
+    @property
+    def tokens(self) -> int:
+        """Input plus output tokens of :attr:`usage`: what ``--evolve-max-tokens`` counts."""
+        return self.usage.total
+
+    @property
+    def cost_usd(self) -> float | None:
+        """The price of :attr:`usage` (replays included, as the USD budget counts it)."""
+        return self.prices.cost(self.spec.model, self.usage)
+
+    @property
+    def wire_cost_usd(self) -> float | None:
+        """The price of :attr:`wire_usage`: what this run paid the provider."""
+        with self._lock:
+            usage = self.wire_usage
+        return self.prices.cost(self.spec.model, usage)
 
     def complete(self, system: str, user: str) -> ModelAnswer:
         """Ask the model; raises ModelBackendError (a BackendError) when it cannot answer.
@@ -524,10 +568,12 @@ class ModelClient:
     def _account(self, text: str, usage: Usage, model: str, *, cached: bool) -> ModelAnswer:
         cost = self.prices.cost(self.spec.model, usage)
         with self._lock:
-            self.calls += 1
-            self.cache_hits += int(cached)
-            self.usage = self.usage + usage
-            self._cost += cost or 0.0
+            if cached:
+                self.cache_hits += 1
+                self.replayed_usage = self.replayed_usage + usage
+            else:
+                self.answers += 1
+                self.wire_usage = self.wire_usage + usage
         return ModelAnswer(text=text, usage=usage, model=model, cost_usd=cost, cached=cached)
 
     def _record_failure(self, exc: BaseException) -> None:
