@@ -191,9 +191,16 @@ class HookProposer:
                    if files.get(p) != v and not (v is None and p not in files)}
         if not changed:
             return
+        try:
+            key = content_key(changed)
+        except UnicodeError:
+            # A name that is not UTF-8 (a lone surrogate) has no content hash; the
+            # strategy refuses it next (not-utf8-name), and that verdict is matched
+            # to this worker, so the memory still learns of it.
+            return
         with self._lock:
             self._pending.append(_Pending(
-                site.round, site.worker, tasks, content_key(changed),
+                site.round, site.worker, tasks, key,
                 describe_edit(files, changed), str(getattr(edits, "rationale", "")),
                 tuple(sorted(changed))))
 
