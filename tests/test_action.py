@@ -35,7 +35,8 @@ STEPS: list[dict[str, Any]] = ACTION["runs"]["steps"]
 TOKEN = "ghs_ActionSeCrEt0123456789abcdefTOKEN"
 REPO = "octo/demo"
 
-pytestmark = pytest.mark.slow
+#: One xdist worker (``--dist loadgroup``): the module fixtures are built once, not per worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("action")]
 
 
 # ---------------------------------------------------------------- the file itself

@@ -30,7 +30,8 @@ from agentdescent_core.evaluation.sandboxed import SandboxedVerifier
 from agentdescent_core.governance import FrozenSet
 from agentdescent_core.sandbox.select import get_backend
 
-pytestmark = pytest.mark.slow
+#: One xdist worker (``--dist loadgroup``): the module fixtures are built once, not per worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("baseline-sweeps")]
 
 #: Tasks that pass once per process and fail on a second run in the same one.
 ONCE_PER_PROCESS = '''\

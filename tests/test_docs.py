@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -73,9 +74,19 @@ def test_readme_has_the_two_fresh_machine_commands() -> None:
         "README lost the test command"
 
 
+#: Caches the lint commands keep beside the tree.  A copy only saves time: mypy and ruff
+#: re-check every file whose content differs from what the cache recorded, so the clone's
+#: lint finds exactly what a cold run would (about 50 s cold against 3 s warm for mypy).
+LINT_CACHES = (".mypy_cache", ".ruff_cache")
+
+
 @pytest.fixture(scope="module")
 def project_clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return clone_working_tree(ROOT, tmp_path_factory.mktemp("docs") / "project")
+    clone = clone_working_tree(ROOT, tmp_path_factory.mktemp("docs") / "project")
+    for name in LINT_CACHES:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, clone / name)
+    return clone
 
 
 @pytest.mark.parametrize(("doc", "command"), DOCUMENTED)

@@ -23,7 +23,9 @@ from pytest_agentdescent.cli.precommit import configured_roots, main, touched_ro
 ROOT = Path(__file__).resolve().parents[1]
 PRE_COMMIT = [sys.executable, "-m", "pre_commit"]
 
-pytestmark = pytest.mark.slow
+#: One xdist worker runs them all (``--dist loadgroup``), so the hook environment is
+#: built once per session rather than once per worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pre-commit")]
 
 
 @pytest.fixture(scope="session")
