@@ -198,12 +198,19 @@ def review_command(base: str) -> list[str]:
     return [*command, "--", *_pytest_args()]
 
 
-def review() -> int:
-    """Review the pull request's head against its base; keep the sticky comment current.
+def _review_file() -> Path:
+    """Where the review step leaves its result for the comment step."""
+    return Path(os.environ.get("RUNNER_TEMP") or repo_root() / ".agentdescent") / \
+        "agentdescent-review.json"
 
-    Exit 1 when the review fails, so the job can be a required check; a pull
-    request that changes no artifact file passes as ``skipped`` (its earlier
-    comment, if any, is updated so it does not show a stale verdict).
+
+def review() -> int:
+    """Run ``agentdescent review`` on the pull request; leave the result for :func:`comment`.
+
+    This step holds no token: the tests of the head run here, and under the
+    ``local`` sandbox they could read any secret of this process or its
+    parents.  It exits 0 whatever the verdict (the comment step, which has the
+    token, fails the job), and 1 only when it could not run at all.
     """
     root = repo_root()
     number, base = _pull_request_event()
@@ -212,30 +219,55 @@ def review() -> int:
         subprocess.run(["git", "fetch", "--quiet", "--no-tags", remote, base], cwd=root,
                        check=False)
     command = review_command(base)
+    env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_TOKEN", "GH_TOKEN")}
     print(f"::group::Review: agentdescent review --base {base[:12]} --head HEAD", flush=True)
     try:
-        done = subprocess.run(command, check=False, capture_output=True, text=True)
+        done = subprocess.run(command, check=False, capture_output=True, text=True, env=env)
         sys.stderr.write(done.stderr)
     finally:
         print("::endgroup::", flush=True)
     words = command[1:-1] if command[-1] == "--" else command[1:]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                          text=True, check=False).stdout.strip()
     shown = " ".join(shlex.quote(w) for w in ["agentdescent", *words] if w != "--json")
+    shown = shown.replace("--head HEAD", f"--head {head[:12]}")
     data: dict[str, Any] | None = None
     try:
         parsed = json.loads(done.stdout) if done.stdout.strip() else None
         data = parsed if isinstance(parsed, dict) and "ok" in parsed else None
     except ValueError:
         data = None
-    if data is not None:
+    record = {"number": number, "base": base, "head": head, "command": shown,
+              "returncode": done.returncode, "result": data,
+              "error": "" if data is not None else (
+                  done.stderr.strip()[-4000:] or f"agentdescent review exited "
+                                                 f"{done.returncode}")}
+    target = _review_file()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(record), encoding="utf-8")
+    return 0
+
+
+def comment() -> int:
+    """Keep the pull request's sticky review comment current; exit 1 when the review failed.
+
+    A pull request that changes no artifact file passes as ``skipped``; its
+    earlier comment, if any, is updated so it does not show a stale verdict,
+    but no new comment is made for it.
+    """
+    source = _review_file()
+    if not source.is_file():
+        print("::error::the review step left no result; see its log")
+        return 1
+    record = json.loads(source.read_text(encoding="utf-8"))
+    number, data = int(record["number"]), record.get("result")
+    if isinstance(data, dict):
         status = review_status(data)
-        shown = shown.replace("--head HEAD", f"--head {str(data.get('head', 'HEAD'))[:12]}")
-        body = render_review_comment(data, command=shown)
+        body = render_review_comment(data, command=str(record["command"]))
     else:
         status = "failed"
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
-                              text=True, check=False).stdout.strip()
-        reason = done.stderr.strip()[-4000:] or f"agentdescent review exited {done.returncode}"
-        body = render_review_error(reason, base=base, head=head, command=shown)
+        body = render_review_error(str(record["error"]), base=str(record["base"]),
+                                   head=str(record["head"]), command=str(record["command"]))
     url = ""
     try:
         with GitHubClient(os.environ.get("GITHUB_TOKEN", ""),
@@ -260,7 +292,8 @@ def review() -> int:
     return 0
 
 
-STEPS = {"evolve": evolve, "push": push, "summary": summary, "review": review}
+STEPS = {"evolve": evolve, "push": push, "summary": summary, "review": review,
+         "comment": comment}
 
 
 def main(argv: list[str]) -> int:
