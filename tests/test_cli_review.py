@@ -69,7 +69,9 @@ def test_json_has_the_table_and_the_numbers(agent: Path) -> None:
     assert result.returncode == 0, explain(result)
     data = json.loads(result.stdout)
     assert data["ok"] is True
-    assert data["scope"] == {"ok": True, "changed": [RULES], "violations": []}
+    assert data["scope"] == {"ok": True, "artifact_changed": True, "changed": [RULES],
+                             "violations": []}
+    assert data["roots_source"] == "evolve_paths"
     evaluation = data["evaluation"]
     assert (evaluation["reward_before"], evaluation["reward_after"]) == (0.0, 1.0)
     assert evaluation["accepted"] is True
