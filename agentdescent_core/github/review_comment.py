@@ -100,16 +100,20 @@ def publish_review_comment(client: GitHubClient, number: int, body: str, *,
 
     The operation is ``updated``, ``created``, or ``none`` when there is no
     earlier comment and ``create`` is False (nothing worth a new comment).
-    Of several marked comments the oldest is kept up to date.
+    A marked comment is one whose body starts with :data:`REVIEW_MARKER`; of
+    several, the oldest by a bot account is kept up to date.
     """
     body = redact(body)
-    for comment in client.issue_comments(number):
-        text = comment.get("body")
-        if isinstance(text, str) and REVIEW_MARKER in text and comment.get("id") is not None:
-            if text == body:
-                return "updated", str(comment.get("html_url") or "")
-            updated = client.update_comment(int(comment["id"]), body)
-            return "updated", str(updated.get("html_url") or comment.get("html_url") or "")
+    marked = [c for c in client.issue_comments(number)
+              if isinstance(c.get("body"), str) and c["body"].startswith(REVIEW_MARKER)
+              and c.get("id") is not None]
+    # A person may paste the marker too; a bot's comment (ours) is preferred.
+    bots = [c for c in marked if (c.get("user") or {}).get("type") == "Bot"]
+    for comment in (bots or marked)[:1]:
+        if comment["body"] == body:
+            return "updated", str(comment.get("html_url") or "")
+        updated = client.update_comment(int(comment["id"]), body)
+        return "updated", str(updated.get("html_url") or comment.get("html_url") or "")
     if not create:
         return "none", ""
     created = client.comment(number, body)
