@@ -25,7 +25,8 @@ TOKEN = "ghs_ReviewCommentT0ken0123456789abcdef"
 SECRET = "sk-ant-api03-ReviewSecretValue-0123456789"
 
 
-def review_json(*, ok: bool, failures: tuple[str, ...] = (), changed: bool = True) -> dict[str, Any]:
+def review_json(*, ok: bool, failures: tuple[str, ...] = (),
+                changed: bool = True) -> dict[str, Any]:
     return {
         "ok": ok, "base": "a" * 40, "head": "b" * 40, "roots": ["skills"],
         "roots_source": "evolve_paths",
