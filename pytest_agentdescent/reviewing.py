@@ -19,6 +19,16 @@ questions, in this order:
    own loop (:func:`agentdescent_core.aggregator.checks.run_acceptance`).  A
    guard failing at the head fails the review too.
 
+Where the artifact roots come from, first found wins: the ``paths`` given
+(``agentdescent review PATH...``); the base's ``evolve_paths``; else the
+``Agentdescent-Root`` trailers of the newest ledger commit in ``base..head``
+(the run that made the branch wrote them, so ``review`` of a branch evolved
+with ``pytest --evolve skills/`` needs no paths).  The base's configuration
+comes before the commits because the commits are the head's own claim: a
+pull request may name any root in a trailer, but it cannot change what the
+base configures.  Whatever the source, the base's frozen set (tests,
+conftest, ini, ``evolve_frozen``) still applies.
+
 What decides the rules is the base, never the head: the plan (roots, tasks,
 guards, frozen set, settings) is collected at the base commit, so a pull
 request cannot loosen the rules it is judged by, and no code of the head runs
@@ -92,6 +102,7 @@ class ReviewResult:
     base: str
     head: str
     roots: tuple[str, ...] = ()
+    roots_source: str = ""  # "paths", "evolve_paths" or "commit <sha>"
     changed: list[str] = field(default_factory=list)
     violations: list[ScopeViolation] = field(default_factory=list)
     rows: list[TaskRow] = field(default_factory=list)
@@ -105,6 +116,11 @@ class ReviewResult:
     @property
     def ok(self) -> bool:
         return not self.failures
+
+    @property
+    def artifact_changed(self) -> bool:
+        """Whether the head changes any file under the artifact roots."""
+        return any(_inside(path, self.roots) for path in self.changed)
 
     def to_json(self) -> dict[str, Any]:
         decision = self.decision
@@ -129,8 +145,10 @@ class ReviewResult:
             "base": self.base,
             "head": self.head,
             "roots": list(self.roots),
+            "roots_source": self.roots_source,
             "scope": {
                 "ok": not self.violations,
+                "artifact_changed": self.artifact_changed,
                 "changed": list(self.changed),
                 "violations": [{"path": v.path, "change": v.change, "reason": v.reason}
                                for v in self.violations],
@@ -182,8 +200,26 @@ def review(
         with tempfile.TemporaryDirectory(prefix="agentdescent-review-") as scratch_dir:
             scratch = Path(scratch_dir) / root.name
             say(f"collecting the plan at base {base_commit.hexsha[:12]} in a scratch clone")
-            plan = _plan_at_base(repo, root, here, scratch, base_commit.hexsha, paths,
-                                 pytest_args)
+            _scratch_clone(root, scratch, base_commit.hexsha)
+            result.roots_source = "paths" if paths else "evolve_paths"
+            try:
+                plan = _plan_at_base(root, here, scratch, base_commit.hexsha, paths,
+                                     pytest_args)
+            except _NoPaths:
+                named = _roots_from_commits(repo, base_commit, head_commit)
+                if named is None:
+                    raise ReviewError(
+                        "no artifact paths: none were given, the base's ini sets no "
+                        f"evolve_paths, and no agentdescent commit in {base}..{head} names "
+                        "its roots (Agentdescent-Root trailers); give the artifact folders, "
+                        "e.g. agentdescent review skills/ --base main, or set evolve_paths",
+                        usage=True) from None
+                roots, sha = named
+                result.roots_source = f"commit {sha}"
+                say(f"artifact roots {', '.join(roots)} from the Agentdescent-Root trailers of "
+                    f"commit {sha[:12]} (no paths given, no evolve_paths at base)")
+                plan = _plan_at_base(root, here, scratch, base_commit.hexsha,
+                                     [str(root / r) for r in roots], pytest_args)
             result.roots = plan.roots
             _check_scope(result, plan, base_commit, head_commit)
             if result.failures:
@@ -208,12 +244,13 @@ def _commit(repo: git.Repo, ref: str, option: str) -> Any:
                           f"e.g. git fetch origin {ref})", usage=True) from None
 
 
-def _plan_at_base(repo: git.Repo, root: Path, here: Path, scratch: Path, base: str,
-                  paths: Sequence[str], pytest_args: Sequence[str]) -> ProbedPlan:
-    """Collect at ``base`` in a scratch clone sharing the repository's objects."""
-    import git
+class _NoPaths(Exception):
+    """The base configures no artifact paths and none were given."""
 
-    from pytest_agentdescent.probe import ProbeError, probe_plan
+
+def _scratch_clone(root: Path, scratch: Path, base: str) -> None:
+    """A clone of ``root`` at ``scratch`` sharing its objects, checked out (detached) at base."""
+    import git
 
     try:
         clone = git.Repo.clone_from(str(root), str(scratch), shared=True, no_checkout=True,
@@ -225,6 +262,47 @@ def _plan_at_base(repo: git.Repo, root: Path, here: Path, scratch: Path, base: s
     except git.GitCommandError as exc:
         raise ReviewError(f"could not check out base {base[:12]} in a scratch clone: "
                           f"{str(exc.stderr).strip()}") from None
+
+
+def _roots_from_commits(repo: git.Repo, base: Any, head: Any
+                        ) -> tuple[tuple[str, ...], str] | None:
+    """The roots named by the newest ledger commit in ``base..head`` and its sha, or None.
+
+    Only commits the tool made count (an ``agentdescent:`` subject with the
+    ledger's trailers); a human's commits in between are passed over.  The
+    root ``.`` (everything) is refused: it would let the head change any file.
+    """
+    import git
+
+    from agentdescent_core.ledger.message import ROOT, parse_message
+
+    try:
+        commits = list(repo.iter_commits(f"{base.hexsha}..{head.hexsha}"))
+    except git.GitCommandError:
+        return None
+    for commit in commits:  # newest first
+        message = commit.message
+        parsed = parse_message(message if isinstance(message, str) else message.decode())
+        if parsed.version is None:
+            continue
+        roots = tuple(dict.fromkeys(r.strip().strip("/") for r in parsed.get_all(ROOT)
+                                    if r.strip()))
+        if not roots:
+            continue
+        if any(r in ("", ".") or r.startswith("/") or ".." in r.split("/") for r in roots):
+            raise ReviewError(
+                f"commit {commit.hexsha[:12]} names the artifact roots {', '.join(roots)}, "
+                "which reach outside a folder of the repository; give the artifact folders as "
+                "PATHS or set evolve_paths", usage=True)
+        return roots, commit.hexsha
+    return None
+
+
+def _plan_at_base(root: Path, here: Path, scratch: Path, base: str,
+                  paths: Sequence[str], pytest_args: Sequence[str]) -> ProbedPlan:
+    """Collect at ``base`` in the scratch clone; :class:`_NoPaths` when nothing names roots."""
+    from pytest_agentdescent.probe import ProbeError, probe_plan
+
     where = here.relative_to(root) if here != root else Path()
     cwd = scratch / where
     if not cwd.is_dir():
@@ -242,6 +320,8 @@ def _plan_at_base(repo: git.Repo, root: Path, here: Path, scratch: Path, base: s
     try:
         return probe_plan(cwd, paths=mapped, pytest_args=pytest_args)
     except ProbeError as exc:
+        if exc.kind == "no-paths" and not paths:
+            raise _NoPaths() from None
         raise ReviewError(f"pytest --evolve cannot collect at base {base[:12]} ({exc.kind} "
                           f"error): {exc.message}") from None
 

@@ -19,7 +19,10 @@ received and on the state it holds.  API (kept small on purpose)::
   ``head`` filters; creating a second open pull for the same head is a 422
   "A pull request already exists"); ``GET/PATCH /repos/{o}/{n}/pulls/{num}``
   (``title``, ``body``, ``state``, ``base``); ``POST
-  /repos/{o}/{n}/issues/{num}/comments``; ``POST /repos/{o}/{n}/issues/{num}/labels``.
+  /repos/{o}/{n}/issues/{num}/comments`` and ``GET`` of it (``page``, ``per_page``);
+  ``PATCH /repos/{o}/{n}/issues/comments/{id}``; ``POST /repos/{o}/{n}/issues/{num}/labels``.
+  ``server.comments`` holds every comment by id (``id``, ``issue``, ``body``,
+  ``html_url``, ``user``); the pull's ``"comments"`` list holds their bodies.
   Another repository is 404 ``Not Found``.
 - ``fail_next(method, path_regex, status, body=None, headers=None)``: the next
   matching request (path without the prefix, regex searched) gets that answer
@@ -83,6 +86,8 @@ class GitHubTestServer:
         self.prefix = prefix.rstrip("/")
         self.requests: list[Request] = []
         self.pulls: dict[int, dict[str, Any]] = {}
+        self.comments: dict[int, dict[str, Any]] = {}
+        self._next_comment = 9001
         self._failures: list[_Failure] = []
         self._next_number = 1
         self._lock = threading.Lock()
@@ -220,6 +225,17 @@ class GitHubTestServer:
                                  body=str(payload.get("body", "")),
                                  draft=bool(payload.get("draft", False)))
             return 201, self._public(new), {}
+        edit = re.fullmatch(r"/issues/comments/(\d+)", rest)
+        if edit is not None:
+            record = self.comments.get(int(edit.group(1)))
+            if record is None:
+                return not_found
+            if req.method == "PATCH":
+                record["body"] = str(payload.get("body", ""))
+                self.pulls[record["issue"]]["comments"][record["index"]] = record["body"]
+            if req.method in ("GET", "PATCH"):
+                return 200, self._public_comment(record), {}
+            return not_found
         match = re.fullmatch(r"/(pulls|issues)/(\d+)(/comments|/labels)?", rest)
         pull = self.pulls.get(int(match.group(2))) if match else None
         if match is None or pull is None:
@@ -236,13 +252,30 @@ class GitHubTestServer:
             return 200, self._public(pull), {}
         if kind == "issues" and extra == "/comments" and req.method == "POST":
             pull["comments"].append(str(payload.get("body", "")))
-            return 201, {"id": len(pull["comments"]), "body": payload.get("body")}, {}
+            cid = self._next_comment
+            self._next_comment += 1
+            self.comments[cid] = {
+                "id": cid, "issue": pull["number"], "index": len(pull["comments"]) - 1,
+                "body": pull["comments"][-1],
+                "html_url": f"{pull['html_url']}#issuecomment-{cid}",
+                "user": {"login": "github-actions[bot]", "type": "Bot"}}
+            return 201, self._public_comment(self.comments[cid]), {}
+        if kind == "issues" and extra == "/comments" and req.method == "GET":
+            per_page = max(1, min(100, int(req.query.get("per_page", "30"))))
+            page = max(1, int(req.query.get("page", "1")))
+            mine = [self._public_comment(c) for c in self.comments.values()
+                    if c["issue"] == pull["number"]]
+            return 200, mine[(page - 1) * per_page: page * per_page], {}
         if kind == "issues" and extra == "/labels" and req.method == "POST":
             for name in payload.get("labels", []):
                 if name not in pull["labels"]:
                     pull["labels"].append(name)
             return 200, [{"name": n} for n in pull["labels"]], {}
         return not_found
+
+    @staticmethod
+    def _public_comment(record: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in record.items() if k not in ("issue", "index")}
 
     @staticmethod
     def _public(pull: dict[str, Any]) -> dict[str, Any]:

@@ -44,14 +44,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("action")]
 def test_is_a_composite_action_with_the_documented_inputs_and_outputs() -> None:
     assert ACTION["runs"]["using"] == "composite"
     assert set(ACTION["inputs"]) == {
-        "paths", "model", "rounds", "workers", "repeats", "python-version", "base",
+        "mode", "paths", "model", "rounds", "workers", "repeats", "python-version", "base",
         "pytest-args", "dry-run", "labels", "draft", "branch-prefix", "github-token"}
     assert ACTION["inputs"]["github-token"]["default"] == "${{ github.token }}"
     assert ACTION["inputs"]["branch-prefix"]["default"] == "agentdescent/"
     assert set(ACTION["outputs"]) == {
         "pull-request-number", "pull-request-url", "pull-request-operation",
         "pull-request-head-sha", "pull-request-branch", "pr-number", "pr-url", "pr-operation",
-        "report", "reward-before", "reward-after", "cost-usd"}
+        "report", "reward-before", "reward-after", "cost-usd", "review-result", "comment-url"}
+    assert ACTION["inputs"]["mode"]["default"] == "evolve"
     # the old names are aliases of create-pull-request's, not outputs of their own
     for old in ("number", "url", "operation"):
         assert ACTION["outputs"][f"pr-{old}"]["value"] == \

@@ -69,7 +69,9 @@ def test_json_has_the_table_and_the_numbers(agent: Path) -> None:
     assert result.returncode == 0, explain(result)
     data = json.loads(result.stdout)
     assert data["ok"] is True
-    assert data["scope"] == {"ok": True, "changed": [RULES], "violations": []}
+    assert data["scope"] == {"ok": True, "artifact_changed": True, "changed": [RULES],
+                             "violations": []}
+    assert data["roots_source"] == "evolve_paths"
     evaluation = data["evaluation"]
     assert (evaluation["reward_before"], evaluation["reward_after"]) == (0.0, 1.0)
     assert evaluation["accepted"] is True
@@ -113,3 +115,71 @@ def test_a_ref_that_is_no_commit_is_a_usage_error(agent: Path) -> None:
 
     assert result.returncode == 2, explain(result)
     assert "--head 'no-such-branch' is not a commit" in result.stderr
+
+
+# ---------------------------------------------------------------- roots without paths
+
+def ledger_branch(repo: Path, files: dict[str, str], roots: list[str]) -> str:
+    """``agentdescent/dev`` off main with one ledger commit changing ``files``; its sha."""
+    from agentdescent_core.artifacts.diff import Diff
+    from agentdescent_core.artifacts.filetree import FileTree
+    from agentdescent_core.ledger import Ledger
+
+    with Ledger(repo, FileTree(roots)) as ledger:
+        ledger.ensure_branches("main")
+        return ledger.commit(Diff(files, rationale="Add the missing rules",
+                                  author="worker-0")).sha
+
+
+def test_without_paths_the_roots_come_from_the_branchs_own_commits(tmp_path: Path) -> None:
+    repo = tmp_path / "agent"
+    make_agent_repo(repo, ini="evolve_sandbox = local\n")  # no evolve_paths anywhere
+    sha = ledger_branch(repo, {RULES: BETTER}, ["skills"])
+    assert "Agentdescent-Root: skills" in user_git(repo, "log", "-1", "--format=%B", sha)
+
+    result = agentdescent(repo, "review", "--base", "main", "--head", "agentdescent/dev",
+                          "--json", "--repeats", "1")
+
+    assert result.returncode == 0, explain(result)
+    data = json.loads(result.stdout)
+    assert data["roots"] == ["skills"]
+    assert data["roots_source"] == f"commit {sha}"
+    assert data["scope"]["artifact_changed"] is True
+    assert data["evaluation"]["accepted"] is True
+    assert f"from the Agentdescent-Root trailers of commit {sha[:12]}" in result.stderr
+
+
+def test_the_bases_evolve_paths_win_over_roots_a_head_claims(tmp_path: Path) -> None:
+    repo = tmp_path / "agent"
+    make_agent_repo(repo, ini="evolve_paths = skills\nevolve_sandbox = local\n")
+    main = user_git(repo, "rev-parse", "HEAD")
+    # A head that dresses up as the tool and claims src/ as an artifact root.
+    user_git(repo, "checkout", "--quiet", "-b", "claims-src")
+    write(repo / "src/app.py", "print('changed')\n")
+    user_git(repo, "commit", "--quiet", "-am",
+             f"agentdescent: v1 edit the app\n\nedit\n\nAgentdescent-Version: 1\n"
+             f"Agentdescent-Base: {main}\nAgentdescent-Root: src")
+    user_git(repo, "checkout", "--quiet", "main")
+
+    result = agentdescent(repo, "review", "--base", "main", "--head", "claims-src", "--json")
+
+    assert result.returncode == 1, explain(result)
+    data = json.loads(result.stdout)
+    assert data["roots"] == ["skills"]
+    assert data["roots_source"] == "evolve_paths"
+    assert [v["path"] for v in data["scope"]["violations"]] == ["src/app.py"]
+    assert data["evaluation"] is None
+
+
+def test_no_paths_no_evolve_paths_no_ledger_commit_names_both_places(tmp_path: Path) -> None:
+    repo = tmp_path / "agent"
+    make_agent_repo(repo, ini="evolve_sandbox = local\n")
+    branch(repo, "human", {RULES: BETTER})
+
+    result = agentdescent(repo, "review", "--base", "main", "--head", "human")
+
+    assert result.returncode == 2, explain(result)
+    assert "no artifact paths" in result.stderr
+    assert "evolve_paths" in result.stderr
+    assert "Agentdescent-Root trailers" in result.stderr
+    assert "main..human" in result.stderr

@@ -240,6 +240,7 @@ def test_evidence_is_written_as_git_trailers(user_repo: UserRepo, ledger: Ledger
         ("Agentdescent-Diff", diff.diff_id),
         ("Agentdescent-Author", "worker-3"),
         ("Agentdescent-Base-Version", "0"),
+        *(("Agentdescent-Root", root) for root in ledger.tree.roots),
         ("Agentdescent-Reward-Before", "0.25"),
         ("Agentdescent-Reward-After", "0.75"),
         ("Agentdescent-P-Improvement", "0.987"),

@@ -1,4 +1,4 @@
-"""A small client for the few GitHub REST calls a pull request needs.
+"""A small client for the few GitHub REST calls a pull request (and its review comment) needs.
 
 Speaks REST v3 over ``httpx2`` with the headers GitHub documents
 (``Authorization: Bearer``, ``Accept: application/vnd.github+json``,
@@ -104,6 +104,26 @@ class GitHubClient:
         return self._object(self._call(
             "POST", f"/repos/{self.repository}/issues/{number}/comments", json={"body": body},
             what=f"comment on pull request #{number}"))
+
+    def issue_comments(self, number: int) -> list[dict[str, Any]]:
+        """Every comment on issue or pull request ``number``, oldest first (all pages)."""
+        found: list[dict[str, Any]] = []
+        for page in range(1, 101):  # 10,000 comments; a thread longer than that is not ours
+            data = self._call("GET", f"/repos/{self.repository}/issues/{number}/comments",
+                              params={"per_page": "100", "page": str(page)},
+                              what=f"list the comments of pull request #{number}")
+            batch = [dict(c) for c in data if isinstance(c, Mapping)] \
+                if isinstance(data, list) else []
+            found += batch
+            if len(batch) < 100:
+                break
+        return found
+
+    def update_comment(self, comment_id: int, body: str) -> dict[str, Any]:
+        """Replace the body of the issue comment ``comment_id``."""
+        return self._object(self._call(
+            "PATCH", f"/repos/{self.repository}/issues/comments/{comment_id}",
+            json={"body": body}, what=f"edit comment {comment_id}"))
 
     def add_labels(self, number: int, labels: Sequence[str]) -> None:
         if labels:

@@ -326,7 +326,7 @@ class Ledger:
                                     attempts=number)
             message = commit_message(
                 version=version + 1, base=base, diff=diff, paths=list(ops),
-                evidence=evidence,
+                evidence=evidence, roots=self.tree.roots,
             )
             sha = self.git.commit_tree(new_tree, [head], message)
             try:

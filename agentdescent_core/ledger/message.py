@@ -52,10 +52,13 @@ P_IMPROVEMENT = "Agentdescent-P-Improvement"
 CARRY = "Agentdescent-Carry"
 CARRY_ANCESTOR = "Agentdescent-Carry-Ancestor"
 CARRY_CONFLICT = "Agentdescent-Carry-Conflict"
+#: One per artifact root of the run that made the commit; ``agentdescent review``
+#: reads them when it is given no paths and the base configures none.
+ROOT = "Agentdescent-Root"
 
 _RESERVED = {k.lower() for k in (
     VERSION, BASE, DIFF, AUTHOR, BASE_VERSION, REWARD_BEFORE, REWARD_AFTER, P_IMPROVEMENT,
-    CARRY, CARRY_ANCESTOR, CARRY_CONFLICT,
+    CARRY, CARRY_ANCESTOR, CARRY_CONFLICT, ROOT,
 )}
 _KEY_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*\Z")
 _TRAILER_RE = re.compile(r"([A-Za-z0-9][A-Za-z0-9-]*): ?(.*)\Z")
@@ -167,8 +170,13 @@ def commit_message(
     diff: Diff,
     paths: Sequence[str],
     evidence: Evidence | None,
+    roots: Sequence[str] = (),
 ) -> str:
-    """The message of the dev commit that makes ``diff`` version ``version``."""
+    """The message of the dev commit that makes ``diff`` version ``version``.
+
+    ``roots`` (the artifact roots of the run) become ``Agentdescent-Root``
+    trailers, so a later review knows what the commit was allowed to change.
+    """
     rationale = _clean_body(diff.rationale)
     first = rationale.split("\n", 1)[0].strip() if rationale else ""
     subject = f"{SUBJECT_PREFIX} v{version} {first or _paths_summary(paths)}"
@@ -178,6 +186,7 @@ def commit_message(
         (DIFF, diff.diff_id),
         (AUTHOR, diff.author),
         (BASE_VERSION, str(diff.base_version)),
+        *((ROOT, root) for root in roots),
     ]
     if evidence is not None:
         for key, value in (

@@ -33,6 +33,9 @@ def render_review(result: ReviewResult) -> list[str]:
     else:
         lines.append(f"scope   ok: {len(result.changed)} changed file(s), all evolvable "
                      f"under {roots}")
+    if result.roots_source.startswith("commit "):
+        lines.append(f"roots   from the Agentdescent-Root trailers of commit "
+                     f"{result.roots_source.split()[1][:12]}")
     decision = result.decision
     if result.rows:
         width = max(len(r.nodeid) for r in result.rows)
@@ -59,7 +62,7 @@ def render_review(result: ReviewResult) -> list[str]:
 @click.argument("paths", nargs=-1, type=click.Path())
 @click.option("--base", "base", required=True, metavar="REF",
               help="The commit the change is judged against (e.g. main).")
-@click.option("--head", "head", required=True, metavar="REF",
+@click.option("--head", "head", default="HEAD", show_default=True, metavar="REF",
               help="The evolved commit (e.g. agentdescent/stable or the PR's head).")
 @click.option("--repeats", type=click.IntRange(min=1), default=None,
               help="Runs of every task at the head's first look (default: evolve_repeats).")
@@ -74,8 +77,10 @@ def review(paths: tuple[str, ...], base: str, head: str, repeats: int | None,
     artifact roots or any frozen file (tests, conftest, ini, evolve_frozen).
     Otherwise runs the marked tasks and guards on both versions in the sandbox
     and fails when the improvement does not reproduce at the configured
-    confidence or a guard fails. PATHS default to the ini's evolve_paths; the
-    rules come from BASE. Never touches the working tree, index or HEAD.
+    confidence or a guard fails. PATHS default to the ini's evolve_paths at
+    BASE, else to the roots the tool's own commits in BASE..HEAD name (their
+    Agentdescent-Root trailers); the rules come from BASE. Never touches the
+    working tree, index or HEAD.
     """
     def log(text: str) -> None:
         click.echo(f"agentdescent review: {text}", err=True)
