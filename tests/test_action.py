@@ -195,7 +195,7 @@ def defaults(**given: str) -> dict[str, str]:
     return values
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # shared with test_action_review (same xdist group)
 def action_home(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A clone of the project (GITHUB_ACTION_PATH) and the install step's virtualenv."""
     base = tmp_path_factory.mktemp("action")

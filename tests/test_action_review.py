@@ -22,9 +22,10 @@ from test_session_runs import RULES, make_agent_repo
 
 from agentdescent_core.github import REVIEW_MARKER
 
-pytestmark = pytest.mark.slow
+#: The worker of test_action (``--dist loadgroup``), so the install step's virtualenv is built once.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("action")]
 
-__all__ = ["action_home"]  # the module-scoped fixture of test_action, used here too
+__all__ = ["action_home"]  # the session fixture of test_action, used here too
 
 
 def pull_request_checkout(tmp_path: Path, head: dict[str, str]) -> tuple[Path, str]:
