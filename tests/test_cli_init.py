@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -241,13 +242,14 @@ def test_pytest_toml_comes_before_pytest_ini(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- caches across sessions
 
-def _steps(project: Path) -> list[dict]:
+def _steps(project: Path) -> list[dict[str, Any]]:
     flow = yaml.safe_load((project / ".github/workflows/agentdescent.yml").read_text())
-    return flow["jobs"]["evolve"]["steps"]
+    steps: list[dict[str, Any]] = flow["jobs"]["evolve"]["steps"]
+    return steps
 
 
-def _cached(step: dict) -> list[str]:
-    return step["with"]["path"].split()
+def _cached(step: dict[str, Any]) -> list[str]:
+    return str(step["with"]["path"]).split()
 
 
 def test_the_workflow_restores_the_caches_before_the_action_and_saves_them_after(
@@ -274,7 +276,8 @@ def test_the_workflow_restores_the_caches_before_the_action_and_saves_them_after
     # pinned by commit, the version beside it, as action.yml pins setup-python
     assert restore["uses"] == f"{CACHE_ACTION}/restore@{CACHE_ACTION_SHA}"
     assert save["uses"] == f"{CACHE_ACTION}/save@{CACHE_ACTION_SHA}"
-    assert len(CACHE_ACTION_SHA) == 40 and int(CACHE_ACTION_SHA, 16) >= 0
+    assert len(CACHE_ACTION_SHA) == 40
+    assert int(CACHE_ACTION_SHA, 16) >= 0
     text = (project / ".github/workflows/agentdescent.yml").read_text()
     assert f"@{CACHE_ACTION_SHA}  # v" in text
 
