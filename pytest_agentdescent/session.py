@@ -134,7 +134,7 @@ class EvolveSession:
         """
         from agentdescent_core.artifacts.filetree import FileTree
         from agentdescent_core.errors import RefusalError
-        from agentdescent_core.evaluation.cache import EvalCache, EvalCacheError
+        from agentdescent_core.evaluation.cache import EVAL_CACHE_FILE, EvalCache, EvalCacheError
         from agentdescent_core.ledger.base import head_name
         from agentdescent_core.proposers.guardrails import Guardrails
         from agentdescent_core.sandbox.select import describe_backend
@@ -176,7 +176,7 @@ class EvolveSession:
                 # docker; under local a child could read it, but any write of the cache by
                 # a candidate is caught by the state-dir guard (sandbox/guard.py), restored,
                 # and stops the run, so results still carry over between runs.
-                cache = EvalCache(state_dir / "eval-cache.sqlite3")
+                cache = EvalCache(state_dir / EVAL_CACHE_FILE)
                 opened.callback(cache.close)
                 initial = ledger.read_state(ledger.head("dev"))
             except (RefusalError, EvalCacheError) as exc:
@@ -199,7 +199,7 @@ class EvolveSession:
     def _start_model(self, plan: EvolvePlan, tree: FileTree, state_dir: Path) -> ModelProposer:
         """The model proposer, registered after every conftest hook (it is ``trylast``)."""
         from agentdescent_core.errors import AgentDescentError
-        from agentdescent_core.proposers.llm_cache import LLMCache
+        from agentdescent_core.proposers.llm_cache import LLM_CACHE_FILE, LLMCache
         from agentdescent_core.proposers.models import ModelClient
         from pytest_agentdescent.model_proposer import (
             PLUGIN_NAME,
@@ -214,8 +214,9 @@ class EvolveSession:
         cache = None
         if settings.llm_cache != "off":
             try:
-                cache = LLMCache(state_dir / "llm-cache.sqlite3",
-                                 settings.llm_cache)  # type: ignore[arg-type]
+                cache = LLMCache(state_dir / LLM_CACHE_FILE,
+                                 settings.llm_cache,  # type: ignore[arg-type]
+                                 ttl=settings.llm_cache_ttl)
             except (AgentDescentError, OSError, ValueError) as exc:
                 text = str(exc)
                 prefix = f"--evolve-llm-cache {settings.llm_cache}: "

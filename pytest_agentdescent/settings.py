@@ -28,6 +28,7 @@ from agentdescent_core.sandbox.env import DEFAULT_ENV_ALLOWLIST, is_never_passed
 from agentdescent_core.sandbox.spec import BACKEND_NAMES, NETWORK_MODES
 
 __all__ = [
+    "DEFAULT_LLM_CACHE_TTL",
     "DEFAULT_REPEATS",
     "GROUP",
     "KNOBS",
@@ -51,7 +52,10 @@ DEFAULT_REPEATS = 2
 
 MODEL_PROVIDERS: tuple[str, ...] = ("anthropic", "openai")
 
-LLM_CACHE_MODES: tuple[str, ...] = ("off", "record", "replay")
+LLM_CACHE_MODES: tuple[str, ...] = ("off", "record", "replay", "read-through")
+#: ``evolve_llm_cache_ttl``'s default, in seconds (7 days; the same value as
+#: ``agentdescent_core.proposers.llm_cache.DEFAULT_TTL_SECONDS``, kept equal by a test).
+DEFAULT_LLM_CACHE_TTL = 7 * 24 * 3600.0
 
 _DEFAULT_PREFIX = "agentdescent/"
 
@@ -91,6 +95,7 @@ class EvolveSettings:
     test_timeout: float = 60.0
     eval_concurrency: int = 1
     llm_cache: str = "off"
+    llm_cache_ttl: float = DEFAULT_LLM_CACHE_TTL
     prompt: str | None = None
     script_policy: str = "warn"
     guardrails: str = "secrets"
@@ -184,6 +189,17 @@ def _choice(names: Sequence[str]) -> Convert:
         return value
 
     return convert
+
+
+def _duration(raw: object) -> float:
+    """Seconds of a duration such as ``7d``, ``12h``, ``30m`` or ``90s`` (bare: seconds)."""
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        raw = str(raw)
+    if not isinstance(raw, str):
+        raise ValueError(raw)
+    from agentdescent_core.proposers.llm_cache import parse_duration
+
+    return parse_duration(raw)
 
 
 def _text(raw: object) -> str:
@@ -393,8 +409,13 @@ KNOBS: tuple[Knob, ...] = (
     Knob("llm_cache", "--evolve-llm-cache", "evolve_llm_cache", "value", "string",
          "one of " + "|".join(LLM_CACHE_MODES), _choice(LLM_CACHE_MODES),
          "Model call cache in the state dir: record (store every answer), replay (answer "
-         "from the store only; a missing entry is an error) or off (default).",
+         "from the store only; a missing entry is an error), read-through (answer from a "
+         "fresh stored entry, else call and store) or off (default).",
          "|".join(LLM_CACHE_MODES)),
+    Knob("llm_cache_ttl", "--evolve-llm-cache-ttl", "evolve_llm_cache_ttl", "value", "string",
+         "a duration such as 7d, 12h, 30m or 90s", _duration,
+         "How long a read-through cache entry answers before the model is asked again "
+         "(default 7d).", "DURATION"),
     Knob("prompt", None, "evolve_prompt", "value", "string",
          "an existing template file or folder", _text,
          "The reflector's prompt template: a file replacing the user template, or a folder "

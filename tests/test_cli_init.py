@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -237,3 +238,106 @@ def test_pytest_toml_comes_before_pytest_ini(tmp_path: Path) -> None:
     assert find_inifile(tmp_path) == IniFile(tmp_path / ".pytest.toml", "pytest")
     write(tmp_path / "pytest.toml", "[pytest]\n")
     assert find_inifile(tmp_path) == IniFile(tmp_path / "pytest.toml", "pytest")
+
+
+# ---------------------------------------------------------------- caches across sessions
+
+def _steps(project: Path) -> list[dict[str, Any]]:
+    flow = yaml.safe_load((project / ".github/workflows/agentdescent.yml").read_text())
+    steps: list[dict[str, Any]] = flow["jobs"]["evolve"]["steps"]
+    return steps
+
+
+def _cached(step: dict[str, Any]) -> list[str]:
+    return str(step["with"]["path"]).split()
+
+
+def test_the_workflow_restores_the_caches_before_the_action_and_saves_them_after(
+        project: Path) -> None:
+    from pytest_agentdescent.cli.init import (
+        CACHE_ACTION,
+        CACHE_ACTION_SHA,
+        CACHED_FILES,
+        frozen_globs,
+    )
+    from pytest_agentdescent.cli.project import DEFAULT_STATE_DIR
+
+    write(project / "pytest.ini", "[pytest]\npython_files = check_*.py\n"
+                                  "evolve_frozen = skills/*/LICENSE\n")
+    code, out, err = run_init(project, "--force")
+    assert code == 0, out + err
+    steps = _steps(project)
+    names = [s.get("id") or s.get("name") or s["uses"] for s in steps]
+    restore = steps[names.index("agentdescent-cache")]
+    action = names.index("agentdescent")
+    assert names.index("agentdescent-cache") < action
+    save = next(s for s in steps[action + 1:] if "save@" in s.get("uses", ""))
+
+    # pinned by commit, the version beside it, as action.yml pins setup-python
+    assert restore["uses"] == f"{CACHE_ACTION}/restore@{CACHE_ACTION_SHA}"
+    assert save["uses"] == f"{CACHE_ACTION}/save@{CACHE_ACTION_SHA}"
+    assert len(CACHE_ACTION_SHA) == 40
+    assert int(CACHE_ACTION_SHA, 16) >= 0
+    text = (project / ".github/workflows/agentdescent.yml").read_text()
+    assert f"@{CACHE_ACTION_SHA}  # v" in text
+
+    # exactly the cache files, under the state directory, in both steps
+    expected = [f"{DEFAULT_STATE_DIR}/{name}" for name in CACHED_FILES]
+    assert _cached(restore) == _cached(save) == expected
+    assert save["if"].startswith("always()")
+
+    # the key: the OS, the frozen files' hash, then the run (a key is immutable);
+    # restored only from the same OS and frozen hash, never from another hash
+    key, (restore_key,) = restore["with"]["key"], restore["with"]["restore-keys"].split("\n")[:1]
+    globs = frozen_globs(["check_*.py"], ["skills/*/LICENSE"])
+    hashed = "${{ hashFiles(" + ", ".join(f"'{g}'" for g in globs) + ") }}"
+    assert restore_key == "agentdescent-${{ runner.os }}-" + hashed + "-"
+    assert key == restore_key + "${{ github.run_id }}-${{ github.run_attempt }}"
+    assert restore["with"]["restore-keys"].strip() == restore_key
+    assert save["with"]["key"] == "${{ steps.agentdescent-cache.outputs.cache-primary-key }}"
+    for glob in ("**/conftest.py", "**/check_*.py", "**/pytest.ini", "**/pyproject.toml",
+                 "skills/*/LICENSE"):
+        assert f"'{glob}'" in hashed
+    assert "'**/test_*.py'" not in hashed  # the project's python_files replace pytest's
+    # no secret and no other part of the state directory travels
+    assert "secrets." not in str(restore) + str(save)
+
+
+def test_frozen_globs_cover_the_frozen_set_by_default() -> None:
+    from agentdescent_core.governance import ALWAYS_FROZEN_PATTERNS
+    from pytest_agentdescent.cli.inifile import _CANDIDATES
+    from pytest_agentdescent.cli.init import frozen_globs
+
+    globs = frozen_globs()
+    assert set(ALWAYS_FROZEN_PATTERNS) <= set(globs)
+    assert {"**/test_*.py", "**/*_test.py"} <= set(globs)
+    assert {f"**/{name}" for name, _ in _CANDIDATES} <= set(globs)
+    # a negated glob would drop files from the hash: it is not passed on
+    assert "!skills/keep.md" not in frozen_globs(frozen=["!skills/keep.md", "a/*.md"])
+    assert "a/*.md" in frozen_globs(frozen=["!skills/keep.md", "a/*.md"])
+    assert len(globs) == len(set(globs))
+
+
+def test_the_cached_paths_are_where_a_run_writes_its_caches(tmp_path: Path) -> None:
+    """A real run (baseline only, model cache on) writes exactly the files the workflow keeps."""
+    from test_model_runs import NO_HOOK, model_env, run
+    from test_session_runs import make_agent_repo
+
+    repo = tmp_path / "agent"
+    make_agent_repo(repo, proposer=NO_HOOK, ini="evolve_state_dir = build/ad-state\n")
+    code, out, err = run_init(repo, "--paths", "skills/", "--force")
+    assert code == 0, out + err
+    restore = next(s for s in _steps(repo) if s.get("id") == "agentdescent-cache")
+    paths = _cached(restore)
+    assert all(p.startswith("build/ad-state/") for p in paths)
+
+    dead = model_env(None, base_url="http://127.0.0.1:9/v1")  # no round: nothing is asked
+    result = run(repo, dead, "--evolve-llm-cache", "read-through", "--evolve-rounds", "0",
+                 "--evolve-dry-run")
+    assert result.returncode == 0, result.stdout + result.stderr
+    for path in paths:
+        assert (repo / path).is_file(), path
+    state = repo / "build/ad-state"
+    written = {p.relative_to(repo).as_posix() for p in state.iterdir()
+               if "cache" in p.name and not p.name.endswith(("-wal", "-shm"))}
+    assert written == set(paths)

@@ -211,7 +211,7 @@ def test_off_mode_calls_every_time_and_writes_nothing(server, tmp_path):
 
 
 def test_unknown_mode_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="record, replay, off"):
+    with pytest.raises(ValueError, match="record, replay, read-through, off"):
         LLMCache(tmp_path / "x.sqlite", "write")  # type: ignore[arg-type]
 
 
@@ -264,3 +264,148 @@ def test_fetch_and_store_outside_their_modes(tmp_path):
         cache.store("k", 5, "anthropic", CachedAnswer("ignored", 0, 0, "m"))  # no-op
         assert cache.fetch("k", 0) == CachedAnswer("t", 1, 2, "m")
         assert len(cache) == 1
+
+
+# ---------------------------------------------------------------- read-through
+
+class Clock:
+    """An explicit clock: entries are stamped and aged by what the test says."""
+
+    def __init__(self, now: float = 1_700_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+DAY = 86400.0
+
+
+def test_read_through_calls_once_then_answers_from_the_store(server, tmp_path):
+    path = tmp_path / "state" / "llm-cache.sqlite3"
+    clock = Clock()
+    server.script([Answer("asked", input_tokens=40, output_tokens=4)])
+    with LLMCache(path, "read-through", clock=clock) as cache:
+        first = ModelClient(HAIKU, cache=cache)
+        done = first.complete("sys", "failing test A")
+        assert (done.text, done.cached) == ("asked", False)
+        assert (first.calls, first.cache_hits) == (1, 0)
+    assert len(server.requests) == 1
+
+    clock.now += 6 * DAY  # the next scheduled session, within the default week
+    with LLMCache(path, "read-through", clock=clock) as cache:
+        second = ModelClient(HAIKU, cache=cache)
+        again = second.complete("sys", "failing test A")
+    assert (again.text, again.cached) == ("asked", True)
+    assert len(server.requests) == 1  # the server saw nothing new
+    assert (second.calls, second.cache_hits) == (0, 1)
+    assert second.replayed_usage == Usage(40, 4)
+    assert second.wire_cost_usd == 0.0
+
+
+def test_read_through_asks_again_for_a_second_occurrence_and_keeps_both(server, tmp_path):
+    path = tmp_path / "llm.sqlite3"
+    server.script(["one", "two", "three"])
+    with LLMCache(path, "read-through") as cache:
+        client = ModelClient(HAIKU, cache=cache)
+        assert [client.complete("s", "same").text for _ in range(2)] == ["one", "two"]
+    with LLMCache(path, "read-through") as cache:
+        client = ModelClient(HAIKU, cache=cache)
+        assert [client.complete("s", "same").text for _ in range(3)] == ["one", "two", "three"]
+        assert (client.calls, client.cache_hits) == (1, 2)
+    assert len(server.requests) == 3
+
+
+def test_an_expired_entry_is_a_miss_and_is_replaced(server, tmp_path):
+    path = tmp_path / "llm.sqlite3"
+    clock = Clock()
+    server.script(["old answer", "new answer"])
+    with LLMCache(path, "read-through", ttl=2 * DAY, clock=clock) as cache:
+        ModelClient(HAIKU, cache=cache).complete("s", "u")
+    clock.now += 2 * DAY  # exactly the ttl: no longer fresh
+    with LLMCache(path, "read-through", ttl=2 * DAY, clock=clock) as cache:
+        done = ModelClient(HAIKU, cache=cache).complete("s", "u")
+        assert (done.text, done.cached) == ("new answer", False)
+        assert (cache.expired, len(cache)) == (1, 1)
+    assert len(server.requests) == 2
+    clock.now += DAY  # the replacement carries its own time
+    with LLMCache(path, "read-through", ttl=2 * DAY, clock=clock) as cache:
+        done = ModelClient(HAIKU, cache=cache).complete("s", "u")
+    assert (done.text, done.cached) == ("new answer", True)
+    assert len(server.requests) == 2
+
+
+def test_an_entry_written_long_ago_expires_under_the_real_clock(server, tmp_path):
+    path = tmp_path / "llm.sqlite3"
+    key = request_key(**{**KEY_ARGS, "system": "s", "user": "u"},
+                      base_url=server.base_url)
+    with LLMCache(path, "read-through", clock=lambda: 0.0) as cache:  # stamped at the epoch
+        cache.store(key, 0, "anthropic", CachedAnswer("ancient", 1, 1, "claude-haiku-4-5"))
+    server.script(["current"])
+    with LLMCache(path, "read-through") as cache:
+        assert cache.lookup(key, 0) is None
+        assert cache.expired == 1
+        assert ModelClient(HAIKU, cache=cache).complete("s", "u").text == "current"
+    assert len(server.requests) == 1
+
+
+def test_another_base_url_or_model_misses(server, tmp_path, monkeypatch):
+    path = tmp_path / "llm.sqlite3"
+    server.script(["from the first server", "from another model"])
+    with LLMCache(path, "read-through") as cache:
+        ModelClient(HAIKU, cache=cache).complete("s", "u")
+        other_model = ModelClient(ModelSpec("anthropic", "claude-sonnet-4-5"), cache=cache)
+        assert other_model.complete("s", "u").text == "from another model"
+    assert len(server.requests) == 2
+    with start_anthropic_server() as other:
+        other.script(["from the second server"])
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", other.base_url)
+        with LLMCache(path, "read-through") as cache:
+            done = ModelClient(HAIKU, cache=cache).complete("s", "u")
+        assert (done.text, done.cached) == ("from the second server", False)
+        assert len(other.requests) == 1
+    assert len(server.requests) == 2
+
+
+def test_the_read_through_key_adds_the_base_url_and_record_keys_stay_as_they_were():
+    plain = request_key(**KEY_ARGS)
+    assert request_key(**KEY_ARGS, base_url=None) == plain  # existing recordings still replay
+    here = request_key(**KEY_ARGS, base_url="http://127.0.0.1:8000/v1")
+    assert here != plain
+    assert here == request_key(**KEY_ARGS, base_url="http://127.0.0.1:8000/v1/")
+    assert here != request_key(**KEY_ARGS, base_url="http://127.0.0.1:8001/v1")
+
+
+def test_a_failed_call_in_read_through_stores_nothing(server, tmp_path):
+    path = tmp_path / "llm.sqlite3"
+    server.script([(401, {}, None)])
+    with LLMCache(path, "read-through") as cache:
+        with pytest.raises(BackendError):
+            ModelClient(HAIKU, cache=cache, max_retries=0).complete("s", "u")
+        assert len(cache) == 0
+
+
+def test_read_through_settings_are_checked(tmp_path):
+    from agentdescent_core.proposers.llm_cache import DEFAULT_TTL_SECONDS, parse_duration
+    from pytest_agentdescent.settings import DEFAULT_LLM_CACHE_TTL, EvolveSettings
+
+    assert DEFAULT_LLM_CACHE_TTL == DEFAULT_TTL_SECONDS == parse_duration("7d")
+    assert EvolveSettings().llm_cache_ttl == DEFAULT_TTL_SECONDS
+    assert [parse_duration(t) for t in ("90", "90s", "30m", "12h", "1.5d", "2w")] == [
+        90.0, 90.0, 1800.0, 43200.0, 129600.0, 1209600.0]
+    for bad in ("", "7 days", "-1d", "0", "d"):
+        with pytest.raises(ValueError, match="duration"):
+            parse_duration(bad)
+    with pytest.raises(ValueError, match="ttl"):
+        LLMCache(tmp_path / "x.sqlite3", "read-through", ttl=0)
+    with LLMCache(tmp_path / "r.sqlite3", "record") as cache, pytest.raises(
+            ValueError, match="read-through mode"):
+        cache.lookup("k", 0)
+
+
+def test_read_through_on_a_file_that_is_not_a_store_says_to_delete_it(tmp_path):
+    junk = tmp_path / "llm.sqlite3"
+    junk.write_text("definitely not sqlite " * 100)
+    with pytest.raises(BackendError, match="delete it") as info:
+        LLMCache(junk, "read-through")
+    assert str(junk) in str(info.value)

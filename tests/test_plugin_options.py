@@ -167,6 +167,10 @@ def test_model_keys_from_the_ini(pytester: pytest.Pytester) -> None:
     assert settings.violation_limit == 5
     assert settings.prices == (("my-local-model", 0.0, 0.0), ("gpt-x", 1.5, 6.0))
     assert settings_of(pytester, "--evolve-llm-cache", "off").llm_cache == "off"
+    assert settings.llm_cache_ttl == 7 * 86400.0  # the default week
+    through = settings_of(pytester, "--evolve-llm-cache", "read-through",
+                          "--evolve-llm-cache-ttl", "36h")
+    assert (through.llm_cache, through.llm_cache_ttl) == ("read-through", 36 * 3600.0)
 
 
 def test_command_line_wins_over_ini(pytester: pytest.Pytester) -> None:
@@ -261,7 +265,9 @@ def test_settings_are_read_once_and_cached(pytester: pytest.Pytester) -> None:
         (("--evolve", "missing/"), "--evolve must be an existing file or directory, "
                                    "got 'missing/' (ini evolve_paths)"),
         (("--evolve-llm-cache", "always"),
-         "--evolve-llm-cache must be one of off|record|replay, got 'always'"),
+         "--evolve-llm-cache must be one of off|record|replay|read-through, got 'always'"),
+        (("--evolve-llm-cache-ttl", "a week"),
+         "--evolve-llm-cache-ttl must be a duration such as 7d, 12h, 30m or 90s, got 'a week'"),
     ],
 )
 def test_bad_command_line_values(
@@ -294,6 +300,8 @@ def test_bad_command_line_values(
         ("evolve_prompt = nowhere.txt", "ini evolve_prompt must be an existing template file"),
         ("evolve_llm_cache = on",
          "ini evolve_llm_cache (the ini key of --evolve-llm-cache) must be one of off|record"),
+        ("evolve_llm_cache_ttl = 0d",
+         "ini evolve_llm_cache_ttl (the ini key of --evolve-llm-cache-ttl) must be a duration"),
     ],
 )
 def test_bad_ini_values(pytester: pytest.Pytester, line: str, expected: str) -> None:

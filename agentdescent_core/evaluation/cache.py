@@ -45,6 +45,11 @@ from agentdescent_core.errors import AgentDescentError
 from agentdescent_core.evaluation.records import TestRecord, mac as sign, mac_matches
 from agentdescent_core.sqlite_file import SqliteFile
 
+#: The cache's file name inside the plugin's state directory, and the suffix of its
+#: key file beside it (what a CI cache step must keep for results to carry over).
+EVAL_CACHE_FILE = "eval-cache.sqlite3"
+KEY_FILE_SUFFIX = ".key"
+
 #: What a verdict can say about a whole candidate.
 VERDICT_KINDS: tuple[str, ...] = ("frozen-violation", "tamper", "collection-error")
 
@@ -91,7 +96,7 @@ def run_key() -> bytes:
 
 def key_file(path: str | os.PathLike[str]) -> bytes:
     """The key kept next to the database ``path`` (``<path>.key``, mode 0600), made if missing."""
-    where = Path(f"{os.fspath(path)}.key")
+    where = Path(f"{os.fspath(path)}{KEY_FILE_SUFFIX}")
     try:
         data = where.read_bytes()
         if len(data) >= _KEY_BYTES:

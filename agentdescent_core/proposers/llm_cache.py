@@ -1,12 +1,22 @@
-"""Record / replay of model calls (``--evolve-llm-cache record|replay|off``).
+"""Record / replay / read-through of model calls (``--evolve-llm-cache MODE``).
 
 A CI rerun or a demo should replay the exact answers of a recorded run at zero
 cost, and a replay must never quietly fall back to a paid call: a request that
 was not recorded is an :class:`LLMCacheMiss`.
 
+Scheduled sessions want something softer: ``read-through`` answers from the
+store when a fresh entry exists and otherwise calls the model and stores the
+answer.  Its entries expire (``evolve_llm_cache_ttl``, 7 days by default) so a
+cache carried from session to session does not pin a proposer to month-old
+answers; an expired entry is a miss and is replaced.  Because a read-through
+store travels between machines (a CI cache), its key also holds the endpoint's
+base URL: the same model name on another server is another model.
+
 Entries live in one SQLite file keyed by the sha256 of (provider, model, system,
-user, max_tokens, temperature) *and* the occurrence number of that key within the
-run.  The occurrence matters because the proposer may ask the very same question
+user, max_tokens, temperature — plus the base URL in ``read-through``) *and* the
+occurrence number of that key within the run.  The record/replay key stays without
+the base URL so existing recordings keep replaying, also against a local server
+whose port changed.  The occurrence matters because the proposer may ask the very same question
 twice (two workers on the same failing task) and get two different answers; a
 replay hands them back in the same order instead of repeating the first one.
 
@@ -19,20 +29,47 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sqlite3
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from agentdescent_core.errors import BackendError, LLMCacheMiss as LLMCacheMiss
 
-CacheMode = Literal["record", "replay", "off"]
-_MODES: tuple[str, ...] = ("record", "replay", "off")
+CacheMode = Literal["record", "replay", "read-through", "off"]
+_MODES: tuple[str, ...] = ("record", "replay", "read-through", "off")
+_WRITING: tuple[str, ...] = ("record", "read-through")
 _SCHEMA_VERSION = 1
 _RERECORD = "re-record with --evolve-llm-cache record (this calls the model and pays for it)"
+
+#: The store's file name inside the state directory (what a CI cache step must keep).
+LLM_CACHE_FILE = "llm-cache.sqlite3"
+#: How long a read-through entry answers before it is asked again (7 days).
+DEFAULT_TTL_SECONDS = 7 * 24 * 3600.0
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$", re.IGNORECASE)
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``text``: a number and a unit, ``90s``, ``30m``, ``12h``, ``7d`` or ``2w``.
+
+    A bare number is seconds.  Zero and negative durations are refused (a zero
+    expiry would turn the read-through cache into ``off`` that still writes).
+    """
+    match = _DURATION.match(str(text))
+    if match is None:
+        raise ValueError(f"{text!r} is not a duration; write a number and a unit, e.g. 7d, "
+                         "12h, 30m or 90s")
+    seconds = float(match.group(1)) * _UNITS[(match.group(2) or "s").lower()]
+    if seconds <= 0:
+        raise ValueError(f"{text!r} is not a positive duration; write e.g. 7d")
+    return seconds
 
 
 @dataclass(frozen=True)
@@ -53,29 +90,50 @@ def request_key(
     user: str,
     max_tokens: int,
     temperature: float,
+    base_url: str | None = None,
 ) -> str:
-    """The hex sha256 identifying a model request (its parameters, not its answer)."""
-    canonical = json.dumps(
-        [provider, model, system, user, int(max_tokens), float(temperature)],
-        ensure_ascii=False,
-        separators=(",", ":"),
-    )
+    """The hex sha256 identifying a model request (its parameters, not its answer).
+
+    ``base_url`` (the read-through key) is part of the hash only when given, so
+    the record/replay keys of existing recordings do not change.
+    """
+    fields: list[object] = [provider, model, system, user, int(max_tokens), float(temperature)]
+    if base_url is not None:
+        fields.append(base_url.rstrip("/"))
+    canonical = json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 class LLMCache:
-    """A per-run view of the record/replay store; thread-safe.
+    """A per-run view of the model-answer store; thread-safe.
 
     ``record``: every call goes to the model and its answer is stored (an existing
     entry for the same key and occurrence is replaced).  ``replay``: answers come
-    only from the store; the file must exist.  ``off``: nothing is read or written.
+    only from the store; the file must exist.  ``read-through``: an answer younger
+    than ``ttl`` seconds comes from the store (:meth:`lookup`), anything else is
+    asked and stored, replacing an expired entry.  ``off``: nothing is read or
+    written.  ``clock`` gives the time entries are stamped and aged with (seconds
+    since the epoch); tests pass their own.
     """
 
-    def __init__(self, path: str | os.PathLike[str], mode: CacheMode = "record") -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        mode: CacheMode = "record",
+        *,
+        ttl: float = DEFAULT_TTL_SECONDS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         if mode not in _MODES:
-            raise ValueError(f"LLM cache mode {mode!r} is not one of record, replay, off")
+            raise ValueError(
+                f"LLM cache mode {mode!r} is not one of record, replay, read-through, off")
+        if not ttl > 0:
+            raise ValueError(f"LLM cache ttl={ttl!r} must be > 0 seconds")
         self.path = Path(path)
         self.mode: CacheMode = mode
+        self.ttl = float(ttl)
+        self._clock = clock
+        self.expired = 0  # read-through entries found too old (and asked again)
         self._lock = threading.Lock()
         self._seen: Counter[str] = Counter()
         self._conn: sqlite3.Connection | None = None
@@ -88,30 +146,43 @@ class LLMCache:
             self._conn = sqlite3.connect(
                 f"{self.path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False
             )
-        elif mode == "record":
+        elif mode in _WRITING:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._conn = sqlite3.connect(str(self.path), check_same_thread=False)
-            self._conn.executescript(
-                """
-                CREATE TABLE IF NOT EXISTS answers (
-                    key TEXT NOT NULL,
-                    occurrence INTEGER NOT NULL,
-                    provider TEXT NOT NULL,
-                    model TEXT NOT NULL,
-                    text TEXT NOT NULL,
-                    input_tokens INTEGER NOT NULL,
-                    output_tokens INTEGER NOT NULL,
-                    recorded_at REAL NOT NULL,
-                    PRIMARY KEY (key, occurrence)
-                );
-                CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
-                """
-            )
-            self._conn.execute(
-                "INSERT OR REPLACE INTO meta (name, value) VALUES ('schema', ?)",
-                (str(_SCHEMA_VERSION),),
-            )
-            self._conn.commit()
+            try:
+                self._create()
+            except sqlite3.DatabaseError as exc:
+                self._conn.close()
+                self._conn = None
+                raise BackendError(
+                    f"--evolve-llm-cache {mode}: {self.path} is not a model-answer store "
+                    f"({exc}); delete it (or point evolve_state_dir elsewhere) and run again"
+                ) from exc
+
+    def _create(self) -> None:
+        """Make the tables of a writable store (kept as they are when they exist)."""
+        assert self._conn is not None
+        self._conn.executescript(
+            """
+            CREATE TABLE IF NOT EXISTS answers (
+                key TEXT NOT NULL,
+                occurrence INTEGER NOT NULL,
+                provider TEXT NOT NULL,
+                model TEXT NOT NULL,
+                text TEXT NOT NULL,
+                input_tokens INTEGER NOT NULL,
+                output_tokens INTEGER NOT NULL,
+                recorded_at REAL NOT NULL,
+                PRIMARY KEY (key, occurrence)
+            );
+            CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+            """
+        )
+        self._conn.execute(
+            "INSERT OR REPLACE INTO meta (name, value) VALUES ('schema', ?)",
+            (str(_SCHEMA_VERSION),),
+        )
+        self._conn.commit()
 
     @property
     def enabled(self) -> bool:
@@ -156,9 +227,37 @@ class LLMCache:
             )
         return CachedAnswer(text=row[0], input_tokens=row[1], output_tokens=row[2], model=row[3])
 
+    def lookup(self, key: str, occurrence: int) -> CachedAnswer | None:
+        """The fresh stored answer (read-through mode), or None: missing or expired.
+
+        An entry is fresh while its age (the clock now minus the time it was
+        stored) is below ``ttl``; an expired one is counted in :attr:`expired`
+        and left for :meth:`store` to replace.
+        """
+        if self.mode != "read-through" or self._conn is None:
+            raise ValueError(
+                f"lookup() needs an LLM cache in read-through mode, this one is {self.mode}")
+        with self._lock:
+            try:
+                row = self._conn.execute(
+                    "SELECT text, input_tokens, output_tokens, model, recorded_at FROM answers "
+                    "WHERE key = ? AND occurrence = ?",
+                    (key, occurrence),
+                ).fetchone()
+            except sqlite3.DatabaseError as exc:
+                raise BackendError(
+                    f"the LLM cache {self.path} cannot be read ({exc}); delete it and run again"
+                ) from exc
+            if row is None:
+                return None
+            if self._clock() - float(row[4]) >= self.ttl:
+                self.expired += 1
+                return None
+        return CachedAnswer(text=row[0], input_tokens=row[1], output_tokens=row[2], model=row[3])
+
     def store(self, key: str, occurrence: int, provider: str, answer: CachedAnswer) -> None:
-        """Record an answer (record mode only; other modes ignore it)."""
-        if self.mode != "record" or self._conn is None:
+        """Store an answer, stamped with the clock (record and read-through; others ignore it)."""
+        if self.mode not in _WRITING or self._conn is None:
             return
         with self._lock:
             self._conn.execute(
@@ -172,7 +271,7 @@ class LLMCache:
                     answer.text,
                     answer.input_tokens,
                     answer.output_tokens,
-                    time.time(),
+                    self._clock(),
                 ),
             )
             self._conn.commit()

@@ -529,10 +529,14 @@ class ModelClient:
         """Ask the model; raises ModelBackendError (a BackendError) when it cannot answer.
 
         With a replay cache the answer comes from the recording (LLMCacheMiss when
-        it is not there); with a record cache it is stored after the call.
+        it is not there); with a record cache it is stored after the call; with a
+        read-through cache a fresh stored answer is used, else the call's answer is
+        stored (its key adds the endpoint, so another server is another entry).
         """
         key: str | None = None
+        occurrence: int | None = None
         if self.cache is not None:
+            through = self.cache.mode == "read-through"
             key = request_key(
                 provider=self.spec.provider,
                 model=self.spec.model,
@@ -540,6 +544,7 @@ class ModelClient:
                 user=user,
                 max_tokens=self.max_tokens,
                 temperature=self.temperature,
+                base_url=self.endpoint if through else None,
             )
             if self.cache.mode == "replay":
                 try:
@@ -549,17 +554,23 @@ class ModelClient:
                     raise
                 usage = Usage(hit.input_tokens, hit.output_tokens)
                 return self._account(hit.text, usage, hit.model, cached=True)
+            if through:
+                occurrence = self.cache.next_occurrence(key)
+                found = self.cache.lookup(key, occurrence)
+                if found is not None:
+                    usage = Usage(found.input_tokens, found.output_tokens)
+                    return self._account(found.text, usage, found.model, cached=True)
         try:
             text, usage, model = self._backend.call(system, user)
         except BackendError as exc:
             self._record_failure(exc)
             raise
         if self.cache is not None and key is not None:
-            # The occurrence is claimed only for answers, so a failed call in the
-            # recording does not leave a gap the replay would stumble into.
+            # A recording claims its occurrence only for answers, so a failed call
+            # does not leave a gap the replay would stumble into.
             self.cache.store(
                 key,
-                self.cache.next_occurrence(key),
+                self.cache.next_occurrence(key) if occurrence is None else occurrence,
                 self.spec.provider,
                 CachedAnswer(text, usage.input_tokens, usage.output_tokens, model),
             )

@@ -6,6 +6,11 @@ to the project's pytest configuration, in whichever file the project already
 uses.  The artifact roots go into the workflow, not into ``evolve_paths``:
 that key would turn every plain ``pytest`` run of the project into an
 evolution.  Nothing existing is overwritten without ``--force``.
+
+The workflow keeps the eval cache and the model-answer store between sessions
+with ``actions/cache`` (a runner starts with an empty disk): restored before the
+Action from the last session whose frozen files (tests, conftests, the pytest
+configuration) hash the same, and saved after it even when the session failed.
 """
 
 from __future__ import annotations
@@ -17,23 +22,51 @@ from pathlib import Path
 
 import click
 
+from agentdescent_core.evaluation.cache import EVAL_CACHE_FILE, KEY_FILE_SUFFIX
+from agentdescent_core.governance import ALWAYS_FROZEN_PATTERNS
+from agentdescent_core.proposers.llm_cache import LLM_CACHE_FILE
 from pytest_agentdescent.cli.inifile import (
+    _CANDIDATES as _CONFIG_FILES,
     IniFile,
     Value,
     find_inifile,
     new_pytest_ini,
     set_keys,
 )
-from pytest_agentdescent.cli.project import repo_root
+from pytest_agentdescent.cli.project import DEFAULT_STATE_DIR, repo_root, state_dir
 from pytest_agentdescent.settings import EvolveSettings
 
-__all__ = ["ACTION_REF", "DEFAULT_SCHEDULE", "WORKFLOW_PATH", "init", "render_workflow"]
+__all__ = [
+    "ACTION_REF",
+    "CACHED_FILES",
+    "CACHE_ACTION",
+    "DEFAULT_SCHEDULE",
+    "WORKFLOW_PATH",
+    "cache_paths",
+    "frozen_globs",
+    "init",
+    "render_workflow",
+]
 
 WORKFLOW_PATH = Path(".github/workflows/agentdescent.yml")
 #: The Action as a workflow refers to it; ``--action`` points elsewhere (a fork, a tag).
 ACTION_REF = "pytest-agentdescent/pytest-agentdescent@v0"
 #: Mondays 04:17 UTC: off the hour, when GitHub's scheduler is least loaded.
 DEFAULT_SCHEDULE = "17 4 * * 1"
+
+#: actions/cache, pinned by commit (the tag can move; the commit cannot).  The
+#: workflow uses its ``restore`` and ``save`` halves so a failed session still saves.
+CACHE_ACTION = "actions/cache"
+CACHE_ACTION_SHA = "27d5ce7f107fe9357f9df03efb73ab90386fccae"
+CACHE_ACTION_VERSION = "v5.0.5"
+#: What the workflow caches, relative to the state directory: the eval cache, the
+#: key its rows are signed with (a local MAC key, not a credential: without it
+#: the restored rows do not verify and every test runs again), and the model
+#: answers.  Nothing else of the state directory travels.
+CACHED_FILES: tuple[str, ...] = (EVAL_CACHE_FILE, EVAL_CACHE_FILE + KEY_FILE_SUFFIX,
+                                 LLM_CACHE_FILE)
+#: pytest's default ``python_files``: the test modules the frozen hash covers.
+_DEFAULT_PYTHON_FILES = ("test_*.py", "*_test.py")
 
 _KEY_VARIABLES = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
 _CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,\-?LW#]+$")
@@ -44,9 +77,91 @@ def _yaml(text: str) -> str:
     return json.dumps(text)
 
 
+def _as_list(raw: object) -> list[str]:
+    """An ini value (a line list, a TOML array, or absent) as its non-empty strings."""
+    if raw is None:
+        return []
+    items = raw.split() if isinstance(raw, str) else raw if isinstance(raw, list) else []
+    return [str(item).strip() for item in items if str(item).strip()]
+
+
+def frozen_globs(python_files: Sequence[str] = _DEFAULT_PYTHON_FILES,
+                 frozen: Sequence[str] = ()) -> tuple[str, ...]:
+    """The ``hashFiles`` patterns of the cache key: what the frozen set covers by default.
+
+    Conftests (always frozen), the test modules pytest collects (``python_files``,
+    at any depth), every file pytest may read its configuration from, and the
+    project's own ``evolve_frozen`` globs.  A change to any of them changes the
+    key, so the next session starts from an empty cache rather than from results
+    measured against other tests.  (The eval cache itself also keys each result
+    by the hash of the whole frozen tree, so a restored row is never wrong; this
+    key keeps stale rows from piling up.)
+    """
+    globs: dict[str, None] = dict.fromkeys(ALWAYS_FROZEN_PATTERNS)
+    for glob in python_files:
+        globs[glob if glob.startswith("**/") else f"**/{glob}"] = None
+    for name, _section in _CONFIG_FILES:
+        globs[f"**/{name}"] = None
+    for glob in frozen:
+        if not glob.startswith("!"):  # a leading ! would exclude files from the hash
+            globs[glob] = None
+    return tuple(globs)
+
+
+def cache_paths(state: str = DEFAULT_STATE_DIR) -> tuple[str, ...]:
+    """The cached files as the workflow lists them (``state``: the state dir, repo-relative)."""
+    base = state.rstrip("/") or "."
+    return tuple(f"{base}/{name}" for name in CACHED_FILES)
+
+
+def _hash_expression(globs: Sequence[str]) -> str:
+    quoted = ", ".join("'" + glob.replace("'", "''") + "'" for glob in globs)
+    return f"hashFiles({quoted})"
+
+
+def _cache_steps(state: str, globs: Sequence[str]) -> tuple[str, str]:
+    """The restore step (before the Action) and the save step (after it, always)."""
+    listed = "".join(f"            {path}\n" for path in cache_paths(state))
+    prefix = f"agentdescent-${{{{ runner.os }}}}-${{{{ {_hash_expression(globs)} }}}}-"
+    pin = f"@{CACHE_ACTION_SHA}  # {CACHE_ACTION_VERSION}"
+    restore = (
+        "      # The eval cache and the model answers of the last session with the same\n"
+        "      # frozen files (tests, conftests, pytest configuration); a changed test\n"
+        "      # starts afresh. A cache key is immutable, so each run saves a new one.\n"
+        "      - name: Restore the agentdescent caches\n"
+        "        id: agentdescent-cache\n"
+        f"        uses: {CACHE_ACTION}/restore{pin}\n"
+        "        with:\n"
+        "          path: |\n"
+        f"{listed}"
+        f"          key: {prefix}${{{{ github.run_id }}}}-${{{{ github.run_attempt }}}}\n"
+        "          restore-keys: |\n"
+        f"            {prefix}\n"
+    )
+    save = (
+        "      # Saved even when the session failed: its paid model answers are kept.\n"
+        "      - name: Save the agentdescent caches\n"
+        "        if: always() && steps.agentdescent-cache.outputs.cache-primary-key != ''\n"
+        f"        uses: {CACHE_ACTION}/save{pin}\n"
+        "        with:\n"
+        "          path: |\n"
+        f"{listed}"
+        "          key: ${{ steps.agentdescent-cache.outputs.cache-primary-key }}\n"
+    )
+    return restore, save
+
+
 def render_workflow(*, paths: Sequence[str], schedule: str, model: str | None,
-                    action: str = ACTION_REF, python_version: str = "3.12") -> str:
-    """The text of ``.github/workflows/agentdescent.yml``."""
+                    action: str = ACTION_REF, python_version: str = "3.12",
+                    state: str = DEFAULT_STATE_DIR,
+                    cache_globs: Sequence[str] | None = None) -> str:
+    """The text of ``.github/workflows/agentdescent.yml``.
+
+    ``state`` is the state directory as the workflow names it (repo-relative,
+    or absolute); ``cache_globs`` the ``hashFiles`` patterns of the cache key
+    (default :func:`frozen_globs` of pytest's default test modules).
+    """
+    restore, save = _cache_steps(state, frozen_globs() if cache_globs is None else cache_globs)
     provider = model.partition(":")[0] if model else None
     variable = _KEY_VARIABLES.get(provider or "")
     if variable:
@@ -90,11 +205,13 @@ def render_workflow(*, paths: Sequence[str], schedule: str, model: str | None,
         f"          python-version: {_yaml(python_version)}\n"
         "      # Install what your tests import; the Action's environment sees these packages.\n"
         "      # - run: python -m pip install -r requirements.txt\n"
+        f"{restore}"
         "      - id: agentdescent\n"
         f"        uses: {action}\n"
         "        with:\n"
         f"          paths: {_yaml(' '.join(paths))}\n"
         f"{env_block}"
+        f"{save}"
         "      - name: Result\n"
         "        shell: bash\n"
         "        env:\n"
@@ -179,9 +296,16 @@ def init(paths: tuple[str, ...], schedule: str, model: str | None, rounds: int, 
         raise click.ClickException(
             "; ".join(problems) + " — nothing was written; pass --force to overwrite")
 
+    settings = ini.read() if ini is not None else {}
+    state_path = state_dir(root, start=here)
+    state = (state_path.relative_to(root).as_posix() if state_path.is_relative_to(root)
+             else state_path.as_posix())
+    globs = frozen_globs(_as_list(settings.get("python_files")) or _DEFAULT_PYTHON_FILES,
+                         _as_list(settings.get("evolve_frozen")))
     workflow.parent.mkdir(parents=True, exist_ok=True)
     workflow.write_text(render_workflow(paths=rel_paths, schedule=cron, model=model,
-                                        action=action), encoding="utf-8")
+                                        action=action, state=state, cache_globs=globs),
+                        encoding="utf-8")
     click.echo(f"wrote {WORKFLOW_PATH}")
     if ini is None:
         ini = new_pytest_ini(here)
