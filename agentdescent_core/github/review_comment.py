@@ -24,9 +24,6 @@ from typing import Any
 from agentdescent_core.github.api import GitHubClient
 from agentdescent_core.redact import redact, redact_data
 
-__all__ = ["REVIEW_MARKER", "publish_review_comment", "render_review_comment",
-           "render_review_error", "review_status"]
-
 #: Hidden first line of the review comment; how the next run finds it again.
 REVIEW_MARKER = "<!-- agentdescent-review -->"
 
