@@ -77,6 +77,8 @@ class ProbedPlan:
     and ``frozen_patterns`` are repo-relative; node ids are rootdir-relative.
     ``settings`` holds the validated settings of the run (``EvolveSettings``
     as a JSON object) and ``inipath`` the ini file pytest used, if any.
+    ``proposers`` lists where ``pytest_evolve_propose`` is implemented (conftest
+    paths or plugin names), so ``check`` can refuse what ``--evolve`` would.
     """
 
     root: Path
@@ -94,6 +96,7 @@ class ProbedPlan:
     python_files: tuple[str, ...] = ()
     settings: Mapping[str, Any] = field(default_factory=dict)
     sources: Mapping[str, str] = field(default_factory=dict, repr=False)
+    proposers: tuple[str, ...] = ()
 
     @property
     def train(self) -> tuple[str, ...]:
@@ -164,6 +167,7 @@ def plan_from_json(data: Mapping[str, Any]) -> ProbedPlan:
         python_files=tuple(data.get("python_files", ())),
         settings=dict(data.get("settings", {})),
         sources=dict(data.get("sources", {})),
+        proposers=tuple(str(p) for p in data.get("proposers", ())),
     )
 
 
@@ -320,6 +324,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 def _plan_json(plan: EvolvePlan, config: pytest.Config,
                settings: EvolveSettings) -> dict[str, Any]:
+    from pytest_agentdescent.proposer import hook_implementations
+
     values = dataclasses.asdict(settings)
     inipath = config.inipath
     return {
@@ -339,4 +345,5 @@ def _plan_json(plan: EvolvePlan, config: pytest.Config,
         "python_files": [str(p) for p in config.getini("python_files") or ()],
         "settings": values,
         "sources": dict(plan.sources),
+        "proposers": hook_implementations(config),
     }

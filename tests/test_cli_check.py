@@ -56,6 +56,7 @@ def test_counts_of_one_are_singular(tmp_path: Path) -> None:
     write(repo / "tests/test_one.py", "import pytest\n\n\n@pytest.mark.evolve\n"
                                       "def test_one():\n    assert True\n")
     write(repo / "pytest.ini", "[pytest]\nevolve_paths = skills\n")
+    write(repo / "conftest.py", "def pytest_evolve_propose(context):\n    return None\n")
     user_git(repo, "add", "-A")
     user_git(repo, "commit", "--quiet", "-m", "one of each")
 
@@ -183,3 +184,66 @@ def test_a_frozen_pattern_that_matches_nothing_is_a_warning(tmp_path: Path) -> N
 def test_usage_error_of_the_command_exits_2(tmp_path: Path) -> None:
     result = agentdescent(tmp_path, "check", "--no-such-option")
     assert result.returncode == 2, explain(result)
+
+
+def test_no_proposer_fails_as_the_run_would_refuse(tmp_path: Path) -> None:
+    from test_session_runs import evolve
+
+    repo = tmp_path / "agent"
+    make_agent_repo(repo, proposer="", ini="evolve_paths = skills\n")
+
+    checked = agentdescent(repo, "check")
+    run = evolve(repo)
+
+    assert checked.returncode == 1, explain(checked)
+    assert run.returncode == 4, explain(run)
+    refusal = next(line for line in run.stderr.splitlines() if "has no proposer" in line)
+    said = refusal.removeprefix("ERROR: ").strip()
+    problem = [line for line in checked.stderr.splitlines()
+               if line.startswith("agentdescent check: proposer: ")]
+    assert problem, explain(checked)
+    assert said in problem[0], explain(checked)
+    assert checked.stdout == ""
+
+
+@pytest.mark.parametrize("args", [("--evolve-rounds", "0"),
+                                  ("--evolve-model", "anthropic:claude-haiku-4-5")],
+                         ids=["baseline-only", "model"])
+def test_no_hook_is_fine_with_a_model_or_no_rounds(tmp_path: Path, args: tuple[str, ...]) -> None:
+    repo = tmp_path / "agent"
+    make_agent_repo(repo, proposer="", ini="evolve_paths = skills\n")
+
+    result = agentdescent(repo, "check", "--", *args)
+
+    assert result.returncode == 0, explain(result)
+    assert "proposer" not in result.stderr
+    assert result.stdout.startswith("ok: artifact skills")
+
+
+def test_checking_the_tests_says_they_are_frozen_by_default(tmp_path: Path) -> None:
+    repo = tmp_path / "agent"
+    make_agent_repo(repo)
+
+    result = agentdescent(repo, "check", "tests")
+
+    assert result.returncode == 1, explain(result)
+    lines = [line for line in result.stderr.splitlines() if line.startswith("agentdescent check: ")]
+    assert lines[0].startswith("agentdescent check: tests: holds only test code, which is "
+                               "frozen by default"), explain(result)
+    assert "`agentdescent check skills/`" in lines[0]
+    assert not any("narrow" in line or "move it out" in line for line in lines), explain(result)
+    assert lines[-1] == "agentdescent check: 1 problem found"
+
+
+def test_a_configured_frozen_pattern_is_named_when_it_froze_everything(tmp_path: Path) -> None:
+    repo = tmp_path / "agent"
+    make_agent_repo(repo, ini="evolve_paths = skills\nevolve_frozen = skills/**\n")
+
+    result = agentdescent(repo, "check")
+
+    assert result.returncode == 1, explain(result)
+    problem = [line for line in result.stderr.splitlines()
+               if line.startswith("agentdescent check: frozen set: ")]
+    assert problem, explain(result)
+    assert "narrow the configured evolve_frozen / --evolve-frozen globs ('skills/**')" in problem[0]
+    assert "frozen by default" not in problem[0]

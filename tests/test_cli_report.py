@@ -131,11 +131,44 @@ def test_history_lists_runs_and_generations(tmp_path: Path,
     lines = out.splitlines()
     header = next(line for line in lines if line.startswith(f"run {first}"))
     assert "completed" in header
-    assert "stopped max_generations" in header
-    assert "generations 3" in header
+    assert "stopped rounds" in header  # report.json's names, not the kernel's
+    assert "rounds 3" in header
+    assert "calls 0" in header  # the kernel's cost is the proposer calls; these made none
+    assert "cost" not in header  # no USD known
     rows = [line.split()[:3] for line in lines[lines.index(header) + 2:]][:3]
-    assert rows == [["0", "accept", "0.200"], ["1", "accept", "0.500"],
-                    ["2", "reject", "0.500"]]
+    assert rows == [["1", "accept", "0.200"], ["2", "accept", "0.500"],
+                    ["3", "reject", "0.500"]]
+    assert "baseline unknown" in lines[lines.index(header) + 2]
 
     code, out, _ = invoke(repo, monkeypatch, "--history", "--json", "--limit", "1")
     assert [run["run_id"] for run in json.loads(out)["runs"]] == [second]
+
+
+def test_history_of_a_real_run_shows_its_baseline_calls_and_mode(
+        evolved: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    stored = json.loads((evolved / ".agentdescent/report.json").read_text(encoding="utf-8"))
+
+    code, out, _ = invoke(evolved, monkeypatch, "--history", "--json")
+    assert code == 0
+    run = json.loads(out)["runs"][0]
+    assert run["run_id"] == stored["run"]["id"]
+    assert run["reward_before"] == stored["reward_before"]
+    assert run["rounds"] == stored["rounds"] == 1
+    assert run["calls"] == stored["calls"]
+    assert run["stop_reason"] == stored["stop_reason"]
+    assert run["cost_usd"] is None  # no model: nothing priced
+    assert run["dry_run"] is False
+
+    code, out, _ = invoke(evolved, monkeypatch, "--history")
+    assert code == 0
+    lines = out.splitlines()
+    assert "  live  rounds 1  " in lines[0]
+    assert f"baseline {stored['reward_before']:.3f}" in lines[0]
+    assert f"calls {stored['calls']}" in lines[0]
+    assert f"stopped {stored['stop_reason']}" in lines[0]
+    baseline = lines[2].split()
+    assert baseline[:3] == ["0", "baseline", f"{stored['reward_before']:.3f}"]
+    first = lines[3].split()
+    assert first[0] == "1"
+    assert first[3] == f"{stored['reward_after'] - stored['reward_before']:.3f}"
+    assert int(first[4]) == stored["calls"]  # one round: all the calls are its own

@@ -111,3 +111,22 @@ def test_documented_command_runs(doc: Path, command: str, project_clone: Path) -
         f"`{command}` from {doc.name} failed ({completed.returncode}):\n"
         f"{completed.stdout[-3000:]}\n{completed.stderr[-3000:]}"
     )
+
+
+#: ``owner/name@REF`` of the Action, and ``rev: REF`` of a pre-commit repo, in a doc
+_PINNED = re.compile(r"pytest-agentdescent/pytest-agentdescent@([\w.\-]+)|^\s*rev:\s*([\w.\-]+)",
+                     re.MULTILINE)
+
+
+def test_docs_pin_no_tag_the_repository_lacks() -> None:
+    import git
+
+    repo = git.Repo(ROOT)
+    refs = {tag.name for tag in repo.tags} | {head.name for head in repo.heads} | {"main"}
+    pinned = [(doc.name, ref) for doc in DOCS
+              for found in _PINNED.finditer(doc.read_text(encoding="utf-8"))
+              for ref in found.groups() if ref]
+    assert pinned, "the CI doc shows the Action and the pre-commit repo pinned somewhere"
+    missing = [(name, ref) for name, ref in pinned
+               if ref not in refs and not re.fullmatch(r"[0-9a-f]{40}", ref)]
+    assert not missing, f"docs point at tags that `git tag` does not have: {missing}"

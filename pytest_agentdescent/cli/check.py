@@ -11,7 +11,11 @@ refuse to start, or evolve nothing, or evolve the wrong thing:
 * an artifact root holds a test module or a ``conftest.py`` (test code never
   evolves: it is frozen wherever it lives, and its place is outside the roots);
 * the artifact cannot be loaded (a symlink, a binary or oversized file);
-* the frozen set leaves nothing to evolve.
+* the frozen set leaves nothing to evolve (a root that holds only test code,
+  frozen by default, is named as such: ``evolve_frozen`` is blamed only when
+  one of its patterns is what froze the files);
+* there is no proposer (no ``pytest_evolve_propose`` hook, no model) while
+  rounds are asked for: ``pytest --evolve`` refuses that, in the same words.
 
 Each problem is one line on stderr naming the thing and the fix; warnings
 (notes of the plugin, frozen patterns that match nothing) are lines too but do
@@ -92,6 +96,7 @@ def check_project(cwd: str | os.PathLike[str], *, paths: tuple[str, ...] = (),
         return result
     result.plan = plan
     result.warnings.extend(plan.notes)
+    result.problems.extend(_proposer_problems(plan))
     if not plan.tasks:
         result.problems.append(Problem(
             "tasks", "no test is marked @pytest.mark.evolve, so there is nothing to optimize; "
@@ -103,8 +108,12 @@ def check_project(cwd: str | os.PathLike[str], *, paths: tuple[str, ...] = (),
             result.problems.append(Problem(
                 root, "the artifact root holds no file (or only ignored ones); add the skill, "
                 "prompt or AGENTS.md it should evolve, or point evolve_paths elsewhere"))
-    result.problems.extend(_test_code_inside(plan, files))
-    result.evolvable, problems = _evolvable(plan, files)
+    tests_only = _test_only_roots(plan, files)
+    result.problems.extend(tests_only)
+    skipped = {p.what for p in tests_only}
+    result.problems.extend(_test_code_inside(
+        plan, [f for f in files if not any(_inside(f, root) for root in skipped)]))
+    result.evolvable, problems = _evolvable(plan, files, explained=bool(tests_only))
     result.problems.extend(problems)
     result.warnings.extend(_frozen_warnings(plan, files))
     return result
@@ -120,6 +129,18 @@ def _probe_problems(exc: ProbeError) -> list[Problem]:
                 for nodeid, message in exc.errors]
     what = {"usage": "configuration", "no-paths": "evolve_paths"}.get(exc.kind, "pytest")
     return [Problem(what, " ".join(exc.message.split()))]
+
+
+def _proposer_problems(plan: ProbedPlan) -> list[Problem]:
+    """The run's own refusal when nothing would propose: no hook, no model, rounds > 0."""
+    from pytest_agentdescent.proposer import missing_proposer_message
+
+    settings = plan.settings
+    rounds = settings.get("rounds", 1)
+    if plan.proposers or settings.get("model") or (isinstance(rounds, int) and rounds <= 0):
+        return []
+    return [Problem("proposer", missing_proposer_message()
+                    + " (--evolve-rounds 0 measures the baseline only and needs none)")]
 
 
 def _summary(message: str) -> str:
@@ -159,8 +180,45 @@ def _test_code_inside(plan: ProbedPlan, files: list[str]) -> list[Problem]:
     return problems
 
 
-def _evolvable(plan: ProbedPlan, files: list[str]) -> tuple[list[str], list[Problem]]:
-    """The files a run could change, and why the artifact cannot load, if it cannot."""
+def _user_frozen(plan: ProbedPlan, rel: str) -> str | None:
+    """The configured evolve_frozen / --evolve-frozen pattern that matches ``rel``, if any."""
+    from agentdescent_core.governance import compile_glob
+
+    for pattern in (str(p) for p in plan.settings.get("frozen", ()) or ()):
+        if compile_glob(pattern.strip("/")).fullmatch(rel):
+            return pattern
+    return None
+
+
+def _test_only_roots(plan: ProbedPlan, files: list[str]) -> list[Problem]:
+    """Roots that hold test code and nothing else that may evolve (``check tests/``).
+
+    Such files are frozen by default, whatever the configuration says, so the
+    fix is another path, not a narrower ``evolve_frozen``; a root whose files a
+    configured pattern froze is left to :func:`_evolvable`, which names it.
+    """
+    frozen = plan.frozen_set()
+    problems: list[Problem] = []
+    for root in plan.roots:
+        inside = [f for f in files if _inside(f, root)]
+        if not inside or any(not frozen.is_frozen(f) or _user_frozen(plan, f) for f in inside):
+            continue
+        problems.append(Problem(root, (
+            "holds only test code, which is frozen by default (test modules, conftest.py "
+            "files and the pytest configuration never evolve, whatever evolve_frozen says), "
+            "so nothing under it can evolve; give the folder of what the agent reads instead "
+            "(its skill, prompt or AGENTS.md), e.g. `agentdescent check skills/`, "
+            "and keep the tests outside it")))
+    return problems
+
+
+def _evolvable(plan: ProbedPlan, files: list[str], *,
+               explained: bool = False) -> tuple[list[str], list[Problem]]:
+    """The files a run could change, and why the artifact cannot load, if it cannot.
+
+    ``explained``: a root holding only test code was reported already, so an
+    empty frozen set is not reported again.
+    """
     from agentdescent_core.artifacts.filetree import FileTree
     from agentdescent_core.errors import RefusalError
 
@@ -170,14 +228,19 @@ def _evolvable(plan: ProbedPlan, files: list[str]) -> tuple[list[str], list[Prob
     except RefusalError as exc:
         return [], [Problem(exc.path or "artifact", f"{exc}")]
     evolvable = sorted(state)
-    if files and not evolvable:
+    if files and not evolvable and not explained:
         reasons = [f"{rel} ({frozen.reason(rel) or 'not an artifact file'})"
                    for rel in files[:_SHOWN]]
         more = f" and {len(files) - _SHOWN} more" if len(files) > _SHOWN else ""
+        configured = sorted({p for p in map(lambda rel: _user_frozen(plan, rel), files) if p})
+        fix = (f"narrow the configured evolve_frozen / --evolve-frozen globs "
+               f"({', '.join(repr(p) for p in configured)})" if configured else
+               "these are frozen by default (test modules, conftest.py files and the pytest "
+               "configuration never evolve); point the artifact paths at the agent's skill, "
+               "prompt or AGENTS.md instead")
         return [], [Problem("frozen set", (
             "every file under the artifact roots is frozen, so nothing can evolve: "
-            + "; ".join(reasons) + more
-            + "; narrow the evolve_frozen ini key / --evolve-frozen globs"))]
+            + "; ".join(reasons) + more + "; " + fix))]
     return evolvable, []
 
 
