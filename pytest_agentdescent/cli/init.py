@@ -50,7 +50,10 @@ __all__ = [
 
 WORKFLOW_PATH = Path(".github/workflows/agentdescent.yml")
 #: The Action as a workflow refers to it; ``--action`` points elsewhere (a fork, a tag).
-ACTION_REF = "pytest-agentdescent/pytest-agentdescent@v0"
+#: ``main`` until the first release is tagged: no tag exists to point at yet.
+ACTION_REF = "pytest-agentdescent/pytest-agentdescent@main"
+_UNTAGGED_NOTE = ("        # @main until the first release is tagged; "
+                  "pin a commit SHA to freeze it\n")
 #: Mondays 04:17 UTC: off the hour, when GitHub's scheduler is least loaded.
 DEFAULT_SCHEDULE = "17 4 * * 1"
 
@@ -207,6 +210,7 @@ def render_workflow(*, paths: Sequence[str], schedule: str, model: str | None,
         "      # - run: python -m pip install -r requirements.txt\n"
         f"{restore}"
         "      - id: agentdescent\n"
+        f"{_UNTAGGED_NOTE if action == ACTION_REF else ''}"
         f"        uses: {action}\n"
         "        with:\n"
         f"          paths: {_yaml(' '.join(paths))}\n"
