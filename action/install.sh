@@ -18,8 +18,9 @@ if [ -x "$venv/bin/python" ]; then
 else
   python="$venv/Scripts/python.exe"
 fi
-"$python" -m pip install --disable-pip-version-check --quiet "${GITHUB_ACTION_PATH:?GITHUB_ACTION_PATH is not set}"
-"$python" -c "import pytest_agentdescent.cli"
+# [all]: the model SDKs and the docker SDK are extras; the Action offers every model and sandbox
+"$python" -m pip install --disable-pip-version-check --quiet "${GITHUB_ACTION_PATH:?GITHUB_ACTION_PATH is not set}[all]"
+"$python" -c "import pytest_agentdescent.cli, anthropic, openai, docker"
 echo "::endgroup::"
 echo "python=$python" >> "${GITHUB_OUTPUT:?GITHUB_OUTPUT is not set}"
 echo "installed pytest-agentdescent into $venv" >&2

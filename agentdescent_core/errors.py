@@ -39,6 +39,7 @@ __all__ = [
     "LLMCacheMiss",
     "LeaseHeld",
     "LedgerError",
+    "MissingExtra",
     "ModelBackendError",
     "RefUpdateFailed",
     "RefusalError",
@@ -164,6 +165,32 @@ class SandboxSetupError(BackendError):
 
 class WorkspaceError(AgentDescentError):
     """A workspace could not be created or restored (git failed, disk trouble)."""
+
+
+# --------------------------------------------------------------------------- installation
+
+
+class MissingExtra(AgentDescentError, ImportError):
+    """An optional dependency is not installed; the message names the ``pip install`` to run.
+
+    Raised when a feature that lives in an extra (the ``anthropic`` or
+    ``openai`` SDK, the ``docker`` SDK) is asked for without it, instead of the
+    bare ModuleNotFoundError.  ``module`` is the module that could not be
+    imported, ``extra`` the extra that brings it and ``pip_command`` the command
+    that installs it.  An ImportError too, so code that already treats a failed
+    import as "not available" keeps working.
+    """
+
+    def __init__(self, *, module: str, extra: str, what: str) -> None:
+        self.module = module
+        self.extra = extra
+        self.what = what
+        self.pip_command = f"pip install 'pytest-agentdescent[{extra}]'"
+        super().__init__(
+            f"{what} is not installed (the {module!r} module cannot be imported): "
+            f"{self.pip_command}",
+            name=module,
+        )
 
 
 # --------------------------------------------------------------------------- models

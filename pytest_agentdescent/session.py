@@ -567,6 +567,15 @@ def _model_setup(settings: EvolveSettings, *, check_key: bool = True) -> _ModelS
         spec = parse_model_spec(settings.model)
     except ValueError as exc:
         raise pytest.UsageError(f"--evolve-model: {exc}") from None
+    if check_key:  # the SDK is an extra: say which one before asking for its key
+        from agentdescent_core.errors import MissingExtra
+        from agentdescent_core.extras import require_extra
+
+        try:
+            require_extra("anthropic" if spec.provider == "anthropic" else "openai")
+        except MissingExtra as exc:
+            raise pytest.UsageError(f"--evolve-model {spec} needs {exc.what}: {exc.pip_command}"
+                                    ) from None
     # A replay answers from the recording: no request reaches the provider.
     variable = None if settings.llm_cache == "replay" or not check_key else missing_key(spec)
     if variable is not None:

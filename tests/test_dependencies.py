@@ -50,9 +50,40 @@ def _declared() -> set[str]:
             for spec in project["dependencies"]}
 
 
+def _extras() -> dict[str, set[str]]:
+    """Each optional extra -> the distributions it declares (``all`` and ``test`` left out)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]
+    return {name: {_normal(re.split(r"[<>=!~;\[ ]", spec, maxsplit=1)[0]) for spec in specs}
+            for name, specs in project["optional-dependencies"].items()
+            if name not in ("all", "test", "dev")}
+
+
+def _eager_imports(module: str) -> list[str]:
+    """Files importing ``module`` at import time (module level, not under TYPE_CHECKING)."""
+    eager: list[str] = []
+    for package in SHIPPED:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for node in tree.body:  # functions and ``if TYPE_CHECKING:`` bodies defer
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                         [node.module] if isinstance(node, ast.ImportFrom) and node.module
+                         else [])
+                if any(n.split(".", 1)[0] == module for n in names):
+                    eager.append(str(path.relative_to(ROOT)))
+    return eager
+
+
+def test_the_extras_are_imported_only_where_used() -> None:
+    # an extra's package imported at module level would break the base install
+    extras = _extras()
+    assert {"anthropic", "openai", "docker"} <= set(extras)
+    for name in extras:
+        assert _eager_imports(name) == [], name
+
+
 def test_every_imported_distribution_is_declared() -> None:
     providers = importlib.metadata.packages_distributions()
-    declared = _declared()
+    declared = _declared() | set().union(*_extras().values())
     missing: list[str] = []
     for module, where in sorted(_imported_top_levels().items()):
         if module in sys.stdlib_module_names or module in SHIPPED or module == "__future__":

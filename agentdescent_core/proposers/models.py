@@ -27,15 +27,18 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
-
-import anthropic
-import openai
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from agentdescent_core.errors import BackendError, ModelBackendError as ModelBackendError
+from agentdescent_core.extras import require_extra
 from agentdescent_core.proposers.llm_cache import CachedAnswer, LLMCache, request_key
 from agentdescent_core.proposers.pricing import PriceTable
 from agentdescent_core.proposers.wire import WireMeter
+
+if TYPE_CHECKING:
+    # The SDKs are extras: imported where a client is built (see require_extra).
+    import anthropic
+    import openai
 
 Provider = Literal["anthropic", "openai", "callable"]
 _PROVIDERS = ("anthropic", "openai")
@@ -186,7 +189,12 @@ class _SDKBackend:
     def _fail(self, exc: Exception) -> ModelBackendError:
         where = f"the {self.provider} endpoint {self.endpoint}"
         status: int | None = None
-        sdk = anthropic if self.provider == "anthropic" else openai
+        # only the SDK of this backend's provider is installed for sure
+        sdk: Any
+        if self.provider == "anthropic":
+            import anthropic as sdk
+        else:
+            import openai as sdk
         if isinstance(exc, sdk.APIStatusError):
             what, status = _describe_status(exc, self.provider, self.max_retries)
             message = f"{where} answered {what}"
@@ -224,12 +232,17 @@ class _AnthropicBackend(_SDKBackend):
     client: anthropic.Anthropic
 
     def _client(self, api_key: str | None, base_url: str | None) -> anthropic.Anthropic:
+        require_extra("anthropic")
+        import anthropic
+
         return anthropic.Anthropic(
             api_key=api_key, base_url=base_url, timeout=self.timeout, max_retries=self.max_retries,
             http_client=self.meter.http_client(anthropic),
         )
 
     def call(self, system: str, user: str) -> tuple[str, Usage, str]:
+        import anthropic
+
         kwargs: dict[str, Any] = {}
         if system:
             kwargs["system"] = system
@@ -269,6 +282,9 @@ class _OpenAIBackend(_SDKBackend):
         local = base_url or os.environ.get("OPENAI_BASE_URL")
         if api_key is None and not os.environ.get("OPENAI_API_KEY") and local:
             api_key = PLACEHOLDER_KEY
+        require_extra("openai")
+        import openai
+
         return openai.OpenAI(
             api_key=api_key, base_url=base_url, timeout=self.timeout, max_retries=self.max_retries,
             http_client=self.meter.http_client(openai),
@@ -282,6 +298,8 @@ class _OpenAIBackend(_SDKBackend):
         one of them by name (a new reasoning model) gets the other shape once,
         and keeps it for the rest of the run.
         """
+        import openai
+
         try:
             return self.client.chat.completions.create(
                 model=self.model, messages=messages, **self._shape())
@@ -298,6 +316,8 @@ class _OpenAIBackend(_SDKBackend):
         return {"max_tokens": self.max_tokens, "temperature": self.temperature}
 
     def call(self, system: str, user: str) -> tuple[str, Usage, str]:
+        import openai
+
         messages: list[Any] = []
         if system:
             messages.append({"role": "system", "content": system})

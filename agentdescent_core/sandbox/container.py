@@ -158,11 +158,15 @@ class DockerBackend(ProbedOnce):
 
     def _probe(self) -> str | None:
         """The SDK, the daemon, and the image (imported here when it is ours)."""
+        from agentdescent_core.errors import MissingExtra
+        from agentdescent_core.extras import require_extra
+
         try:
-            import docker
-            import docker.errors
-        except ImportError:
-            return "the docker SDK is not installed: pip install docker"
+            require_extra("docker")
+        except MissingExtra as exc:  # auto skips docker; an explicit choice shows this
+            return str(exc)
+        import docker
+        import docker.errors
         try:
             client = docker.from_env(timeout=30)
             client.ping()
