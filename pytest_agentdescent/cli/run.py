@@ -7,20 +7,27 @@ keys, plugins and pytest's exit codes behave exactly as they do for
 paths (none given, no ``evolve_paths`` in the ini) is a usage error instead of
 a plain test run, and ``-n 0`` comes before the user's pytest arguments where
 pytest-xdist is installed, so an ``-n`` in ``addopts`` does not refuse the run.
+With ``--json`` pytest's output goes to stderr and stdout carries one JSON object,
+so a script gets the exit code and this run's report without parsing the terminal.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import click
 
 from agentdescent_core.sandbox.spec import BACKEND_NAMES
 from pytest_agentdescent.cli._common import PytestArgsCommand, pytest_args
+from pytest_agentdescent.cli.project import repo_root, state_dir
 from pytest_agentdescent.probe import PLUGIN, REQUIRE_ENV
 
 __all__ = ["build_command", "run"]
@@ -73,8 +80,11 @@ def build_command(
 @click.option("--dry-run", is_flag=True,
               help="Evolve on a scratch ledger; no ref changes (--evolve-dry-run).")
 @click.option("--pr", is_flag=True, help="Open or update the pull request (--evolve-pr).")
+@click.option("--json", "as_json", is_flag=True,
+              help="pytest's output to stderr; on stdout one JSON object: the exit code, the "
+                   "report's path and this run's report.json (null when it wrote none).")
 def run(paths: tuple[str, ...], rounds: int | None, workers: int | None, repeats: int | None,
-        model: str | None, sandbox: str | None, dry_run: bool, pr: bool) -> None:
+        model: str | None, sandbox: str | None, dry_run: bool, pr: bool, as_json: bool) -> None:
     """Evolve PATHS (default: the ini's evolve_paths) with `pytest --evolve`.
 
     Arguments after `--` go to pytest as they are, e.g.
@@ -88,7 +98,9 @@ def run(paths: tuple[str, ...], rounds: int | None, workers: int | None, repeats
     env[REQUIRE_ENV] = "1"
     shown = ["python", *argv[1:]]
     click.echo(f"agentdescent run: {shlex.join(shown)}", err=True)
-    child = subprocess.Popen(argv, env=env)
+    started = time.time()
+    # File descriptor 2, not sys.stderr: the child writes to the real stream.
+    child = subprocess.Popen(argv, env=env, stdout=2 if as_json else None)
     while True:
         try:
             code = child.wait()
@@ -96,4 +108,34 @@ def run(paths: tuple[str, ...], rounds: int | None, workers: int | None, repeats
         except KeyboardInterrupt:
             # Ctrl-C reached pytest too (same process group): let it write its report and stop.
             continue
+    if as_json:
+        click.echo(json.dumps(run_summary(code, pytest_args(), started), indent=2))
     raise SystemExit(code)
+
+
+def _given_state_dir(extra: Sequence[str]) -> str | None:
+    """The ``--evolve-state-dir`` among the pytest arguments (the last one wins, as in pytest)."""
+    given = None
+    for index, word in enumerate(extra):
+        if word == "--evolve-state-dir" and index + 1 < len(extra):
+            given = extra[index + 1]
+        elif word.startswith("--evolve-state-dir="):
+            given = word.split("=", 1)[1]
+    return given
+
+
+def run_summary(code: int, extra: Sequence[str], started: float) -> dict[str, Any]:
+    """What ``--json`` prints: the exit code and the report this run wrote, if it wrote one.
+
+    A report.json older than the run is an earlier run's, so it is never shown as this
+    one's: a run that stopped before writing its report says ``"report": null``.
+    """
+    summary: dict[str, Any] = {"exit_code": code, "report_path": None, "report": None}
+    try:
+        path = state_dir(repo_root(), _given_state_dir(extra)) / "report.json"
+    except click.ClickException:
+        return summary
+    if path.is_file() and path.stat().st_mtime >= started - 1.0:
+        summary["report_path"] = str(Path(os.path.relpath(path)))
+        summary["report"] = json.loads(path.read_text(encoding="utf-8"))
+    return summary
