@@ -35,7 +35,7 @@ from agentdescent_core.github import (
     set_outputs,
 )
 from pytest_agentdescent.cli._common import installed_cli
-from pytest_agentdescent.cli.project import repo_root, state_dir
+from pytest_agentdescent.cli.project import repo_root, state_dir, state_dir_argument
 
 
 def _env(name: str, default: str = "") -> str:
@@ -55,14 +55,7 @@ def _pytest_args() -> list[str]:
 
 
 def _state_dir(root: Path) -> Path:
-    args = _pytest_args()
-    given = None
-    for index, word in enumerate(args):
-        if word == "--evolve-state-dir" and index + 1 < len(args):
-            given = args[index + 1]
-        elif word.startswith("--evolve-state-dir="):
-            given = word.split("=", 1)[1]
-    return state_dir(root, given)
+    return state_dir(root, state_dir_argument(_pytest_args()))
 
 
 def _cli() -> str:

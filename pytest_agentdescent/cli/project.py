@@ -7,6 +7,7 @@ default ``.agentdescent``) against the repository root.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -14,7 +15,7 @@ import git
 
 from pytest_agentdescent.cli.inifile import find_inifile
 
-__all__ = ["DEFAULT_STATE_DIR", "repo_root", "state_dir"]
+__all__ = ["DEFAULT_STATE_DIR", "repo_root", "state_dir", "state_dir_argument"]
 
 DEFAULT_STATE_DIR = ".agentdescent"
 
@@ -42,3 +43,17 @@ def state_dir(root: Path, given: str | None = None, start: Path | None = None) -
         given = str(raw).strip() if raw else DEFAULT_STATE_DIR
     path = Path(given).expanduser()
     return path if path.is_absolute() else root / path
+
+
+def state_dir_argument(pytest_args: Sequence[str]) -> str | None:
+    """The ``--evolve-state-dir`` among pytest arguments (the last one wins, as in pytest).
+
+    For commands that pass arguments through to pytest and then read what the run wrote.
+    """
+    given = None
+    for index, word in enumerate(pytest_args):
+        if word == "--evolve-state-dir" and index + 1 < len(pytest_args):
+            given = pytest_args[index + 1]
+        elif word.startswith("--evolve-state-dir="):
+            given = word.split("=", 1)[1]
+    return given

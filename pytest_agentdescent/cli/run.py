@@ -27,7 +27,7 @@ import click
 
 from agentdescent_core.sandbox.spec import BACKEND_NAMES
 from pytest_agentdescent.cli._common import PytestArgsCommand, pytest_args
-from pytest_agentdescent.cli.project import repo_root, state_dir
+from pytest_agentdescent.cli.project import repo_root, state_dir, state_dir_argument
 from pytest_agentdescent.probe import PLUGIN, REQUIRE_ENV
 
 __all__ = ["build_command", "run"]
@@ -113,17 +113,6 @@ def run(paths: tuple[str, ...], rounds: int | None, workers: int | None, repeats
     raise SystemExit(code)
 
 
-def _given_state_dir(extra: Sequence[str]) -> str | None:
-    """The ``--evolve-state-dir`` among the pytest arguments (the last one wins, as in pytest)."""
-    given = None
-    for index, word in enumerate(extra):
-        if word == "--evolve-state-dir" and index + 1 < len(extra):
-            given = extra[index + 1]
-        elif word.startswith("--evolve-state-dir="):
-            given = word.split("=", 1)[1]
-    return given
-
-
 def run_summary(code: int, extra: Sequence[str], started: float) -> dict[str, Any]:
     """What ``--json`` prints: the exit code and the report this run wrote, if it wrote one.
 
@@ -132,7 +121,7 @@ def run_summary(code: int, extra: Sequence[str], started: float) -> dict[str, An
     """
     summary: dict[str, Any] = {"exit_code": code, "report_path": None, "report": None}
     try:
-        path = state_dir(repo_root(), _given_state_dir(extra)) / "report.json"
+        path = state_dir(repo_root(), state_dir_argument(extra)) / "report.json"
     except click.ClickException:
         return summary
     if path.is_file() and path.stat().st_mtime >= started - 1.0:
