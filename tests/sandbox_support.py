@@ -12,6 +12,7 @@ import os
 import pytest
 
 from agentdescent_core.sandbox.spec import Backend
+from pytest_agentdescent.sandboxing import plugin_args
 
 ISOLATING_BACKENDS = ("bwrap", "docker")
 ALL_BACKENDS = ("local", *ISOLATING_BACKENDS)
@@ -33,3 +34,14 @@ def require_backend(name: str) -> Backend:
             pytest.fail(message + " (CI=true: CI must install every backend)", pytrace=False)
         pytest.skip(message)
     return backend
+
+
+def child_pytest_args() -> tuple[str, ...]:
+    """The ``-p`` options of ``PYTEST_ADDOPTS``, for a verifier a test builds itself.
+
+    ``pytest --evolve`` passes them to its children; a test that constructs a
+    SandboxedVerifier directly passes these, so its children leave out the same
+    unused plugins of this environment as every other pytest the tests start
+    (``tests/conftest.py``: hypothesis alone is most of a child's start).
+    """
+    return plugin_args((), os.environ)

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from conftest import user_git, write
-from sandbox_support import ALL_BACKENDS, require_backend
+from sandbox_support import ALL_BACKENDS, child_pytest_args, require_backend
 from test_session_runs import evolve, explain, plain_reward, report_of
 
 from agentdescent_core.artifacts.filetree import FileTree
@@ -278,7 +278,7 @@ def local_verifier(repo: Path, tasks: tuple[str, ...], **options: Any) -> Sandbo
     return SandboxedVerifier(
         repo, user_git(repo, "rev-parse", "HEAD"), TaskSplit(train=tasks),
         tree=tree, frozen=FrozenSet(artifact_roots=tree.roots), backend=get_backend("local"),
-        cache=None, **options)
+        cache=None, **({"pytest_args": child_pytest_args()} | options))
 
 
 def test_the_whole_run_timeout_bounds_all_sweeps_together(tmp_path: Path) -> None:

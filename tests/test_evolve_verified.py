@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from conftest import snapshot, user_git, write
-from sandbox_support import require_backend
+from sandbox_support import child_pytest_args, require_backend
 
 from agentdescent_core.aggregator import AggregatorConfig
 from agentdescent_core.artifacts.filetree import FileTree
@@ -81,7 +81,7 @@ def run(tmp_path: Path) -> Iterator[Run]:
         repo, base, TaskSplit(train=TASKS, guards=(GUARD,)), tree=tree,
         frozen=FrozenSet(artifact_roots=tree.roots, frozen_files=["tests/test_rules.py"]),
         backend=require_backend("local"), cache=None, test_timeout=20.0, run_timeout=120.0,
-        workspace_parent=tmp_path,
+        workspace_parent=tmp_path, pytest_args=child_pytest_args(),
     )
     yield Run(repo, base, tree, ledger, verifier)
     verifier.close()

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 from conftest import snapshot, user_git, write
-from sandbox_support import ALL_BACKENDS, require_backend
+from sandbox_support import ALL_BACKENDS, child_pytest_args, require_backend
 
 from agentdescent_core.artifacts.filetree import FileTree
 from agentdescent_core.errors import AgentDescentError
@@ -223,7 +223,7 @@ def verifier(request: pytest.FixtureRequest, host: Host,
         cache=EvalCache(tmp_path_factory.mktemp(f"cache-{name}") / "eval.sqlite3"),
         network="default" if name == "local" else "none",
         limits=Limits(memory_mb=1024, max_processes=64, cpu_seconds=60),
-        test_timeout=4.0, run_timeout=60.0,
+        test_timeout=4.0, run_timeout=60.0, pytest_args=child_pytest_args(),
     )
     yield verifier
     verifier.close()
@@ -293,4 +293,4 @@ def test_local_refuses_to_pretend_it_can_cut_the_network(tmp_path: Path) -> None
     with pytest.raises(AgentDescentError, match="cannot cut the network"):
         SandboxedVerifier(repo, commit, TaskSplit(train=(TASK,)), tree=tree,
                           frozen=FrozenSet(artifact_roots=tree.roots), backend=local,
-                          cache=None, network="none")
+                          cache=None, network="none", pytest_args=child_pytest_args())

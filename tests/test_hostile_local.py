@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 from conftest import snapshot, user_git, write
-from sandbox_support import ISOLATING_BACKENDS, require_backend
+from sandbox_support import ISOLATING_BACKENDS, child_pytest_args, require_backend
 from test_hostile_candidates import (
     ACT,
     CLEAN_ACT,
@@ -70,7 +70,7 @@ def _verifier(repo: Path, commit: str, cache_dir: Path, **limits: int) -> Sandbo
         tree=tree, frozen=FrozenSet(artifact_roots=tree.roots),
         backend=require_backend("local"), cache=EvalCache(cache_dir / "eval-cache.sqlite3"),
         limits=Limits(memory_mb=1024, cpu_seconds=60, **({"max_processes": 64} | limits)),
-        test_timeout=20.0, run_timeout=120.0,
+        test_timeout=20.0, run_timeout=120.0, pytest_args=child_pytest_args(),
     )
 
 

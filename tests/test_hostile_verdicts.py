@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import user_git, write
-from sandbox_support import ALL_BACKENDS, require_backend
+from sandbox_support import ALL_BACKENDS, child_pytest_args, require_backend
 
 from agentdescent_core.artifacts.filetree import FileTree, state_hash
 from agentdescent_core.evaluation.cache import EvalCache, run_key
@@ -168,7 +168,7 @@ def make_verifier(name: str, repo: Path, commit: str, cache: EvalCache | None,
         frozen=FrozenSet(artifact_roots=tree.roots), backend=require_backend(name),
         cache=cache, network="default" if name == "local" else "none",
         limits=Limits(memory_mb=1024, max_processes=64, cpu_seconds=60),
-        test_timeout=30.0, run_timeout=120.0, host_env=host_env(),
+        test_timeout=30.0, run_timeout=120.0, host_env=host_env(), pytest_args=child_pytest_args(),
     )
 
 

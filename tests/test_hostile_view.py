@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sandbox_support import ISOLATING_BACKENDS, require_backend
+from sandbox_support import ISOLATING_BACKENDS, child_pytest_args, require_backend
 from test_hostile_candidates import ACT, GUARD, TASK, clean_state, make_agent_repo
 from test_sandbox_backends import PY, Layout
 
@@ -368,6 +368,7 @@ def small_verifier(
         repo, commit, TaskSplit(train=(TASK,), guards=(GUARD,)),
         tree=tree, frozen=FrozenSet(artifact_roots=tree.roots), backend=backend,
         cache=None, network="none", limits=SMALL, test_timeout=30.0, run_timeout=60.0,
+        pytest_args=child_pytest_args(),
     )  # fmt: skip
     yield verifier
     verifier.close()

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from conftest import snapshot, user_git, write
-from sandbox_support import ALL_BACKENDS, require_backend
+from sandbox_support import ALL_BACKENDS, child_pytest_args, require_backend
 
 from agentdescent_core.artifacts.filetree import FileTree, state_hash
 from agentdescent_core.evaluation.cache import EvalCache
@@ -137,7 +137,8 @@ def make(agent_repo: tuple[Path, str], backend: str = "local", **kwargs: Any
          ) -> SandboxedVerifier:
     repo, commit = agent_repo
     tree = FileTree(["skills"])
-    options: dict[str, Any] = {"cache": None, "test_timeout": 20.0, "run_timeout": 120.0}
+    options: dict[str, Any] = {"cache": None, "test_timeout": 20.0, "run_timeout": 120.0,
+                               "pytest_args": child_pytest_args()}
     options.update(kwargs)
     return SandboxedVerifier(repo, commit, TaskSplit(train=ALL), tree=tree,
                              frozen=FrozenSet(artifact_roots=tree.roots),
@@ -439,7 +440,8 @@ def test_an_xdist_n_in_the_users_addopts_does_not_split_the_child(tmp_path: Path
     verifier = SandboxedVerifier(repo, commit, TaskSplit(train=(task,)), tree=tree,
                                  frozen=FrozenSet(artifact_roots=tree.roots),
                                  backend=require_backend("local"), cache=None,
-                                 test_timeout=30.0, run_timeout=120.0)
+                                 test_timeout=30.0, run_timeout=120.0,
+                                 pytest_args=child_pytest_args())
     try:
         good = {"skills/calc/SKILL.md": "# Calc\n\nAdd numbers.\n"}
         bad = {"skills/calc/SKILL.md": "# Calc\n\nSubtract numbers.\n"}

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from conftest import snapshot, user_git, write
-from sandbox_support import ALL_BACKENDS, require_backend
+from sandbox_support import ALL_BACKENDS, child_pytest_args, require_backend
 
 from agentdescent_core.artifacts.filetree import FileTree
 from agentdescent_core.evaluation.journal import CHILD_ENV
@@ -168,6 +168,7 @@ def verifier_for(repo: Path, commit: str, tasks: tuple[str, ...], backend: str,
         backend=require_backend(backend), cache=None,
         network="default" if backend == "local" else "none",
         workspace_parent=tmp_path / "workspaces", test_timeout=60.0, run_timeout=240.0,
+        pytest_args=child_pytest_args(),
     )
 
 
