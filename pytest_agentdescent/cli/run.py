@@ -18,7 +18,6 @@ import os
 import shlex
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -98,7 +97,7 @@ def run(paths: tuple[str, ...], rounds: int | None, workers: int | None, repeats
     env[REQUIRE_ENV] = "1"
     shown = ["python", *argv[1:]]
     click.echo(f"agentdescent run: {shlex.join(shown)}", err=True)
-    started = time.time()
+    before = _report_identity(pytest_args())
     # File descriptor 2, not sys.stderr: the child writes to the real stream.
     child = subprocess.Popen(argv, env=env, stdout=2 if as_json else None)
     while True:
@@ -109,22 +108,41 @@ def run(paths: tuple[str, ...], rounds: int | None, workers: int | None, repeats
             # Ctrl-C reached pytest too (same process group): let it write its report and stop.
             continue
     if as_json:
-        click.echo(json.dumps(run_summary(code, pytest_args(), started), indent=2))
+        click.echo(json.dumps(run_summary(code, pytest_args(), before), indent=2))
     raise SystemExit(code)
 
 
-def run_summary(code: int, extra: Sequence[str], started: float) -> dict[str, Any]:
+def run_summary(code: int, extra: Sequence[str],
+                before: tuple[int, int, int] | None) -> dict[str, Any]:
     """What ``--json`` prints: the exit code and the report this run wrote, if it wrote one.
 
-    A report.json older than the run is an earlier run's, so it is never shown as this
-    one's: a run that stopped before writing its report says ``"report": null``.
+    ``before`` is :func:`_report_identity` taken as the run started.  A report.json
+    that is still that file is an earlier run's, so it is never shown as this one's:
+    a run that stopped before writing its report says ``"report": null``.  (Identity,
+    not age: a run that stops at once can end in the second the last one wrote.)
     """
     summary: dict[str, Any] = {"exit_code": code, "report_path": None, "report": None}
-    try:
-        path = state_dir(repo_root(), state_dir_argument(extra)) / "report.json"
-    except click.ClickException:
-        return summary
-    if path.is_file() and path.stat().st_mtime >= started - 1.0:
+    path = _report_path(extra)
+    now = _report_identity(extra)
+    if path is not None and now is not None and now != before:
         summary["report_path"] = str(Path(os.path.relpath(path)))
         summary["report"] = json.loads(path.read_text(encoding="utf-8"))
     return summary
+
+
+def _report_path(extra: Sequence[str]) -> Path | None:
+    try:
+        return state_dir(repo_root(), state_dir_argument(extra)) / "report.json"
+    except click.ClickException:
+        return None
+
+
+def _report_identity(extra: Sequence[str]) -> tuple[int, int, int] | None:
+    """(inode, mtime in ns, size) of the state dir's report.json, None when there is none:
+    any write of the file since changes it."""
+    path = _report_path(extra)
+    try:
+        stat = path.stat() if path is not None else None
+    except OSError:
+        return None
+    return None if stat is None else (stat.st_ino, stat.st_mtime_ns, stat.st_size)
