@@ -144,7 +144,11 @@ class Verdict:
     Built from a :class:`~agentdescent_core.evidence.MergeReport` by
     :func:`verdict_of` (a :class:`~agentdescent_core.loop.result.RoundInfo`
     carries one per merge decision); ``key`` is the candidate's
-    :func:`content_key` ("" when no diff was judged), ``workers`` who proposed it.
+    :func:`content_key` ("" when no diff was judged), ``workers`` who proposed it;
+    ``refused_by`` says who refused an answer before it became a candidate
+    (``proposer``, ``strategy`` or ``guardrails``; "" for a merge decision) — an
+    answer the proposer itself refused was never handed on, so no pending
+    proposal is matched to it (:mod:`pytest_agentdescent.pending`).
     """
 
     category: str
@@ -158,6 +162,7 @@ class Verdict:
     reward_before: float | None = None
     reward_after: float | None = None
     flips: tuple[tuple[str, str], ...] = field(default=())
+    refused_by: str = ""
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Verdict:
@@ -194,6 +199,7 @@ def verdict_of(report: MergeReport, cards: Sequence[EvidenceCard] = ()) -> Verdi
         p_improvement=report.p_improvement, reward_before=report.reward_before,
         reward_after=report.reward_after,
         flips=tuple((f.nodeid, str(f.kind)) for f in report.flips),
+        refused_by=str(report.extra.get("refused_by") or "") if diff is None else "",
     )
 
 

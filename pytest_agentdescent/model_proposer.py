@@ -12,10 +12,11 @@ a search that does not match, a frozen path, a secret ...); the engine counts
 it by category like any other merge decision, and the proposer remembers it
 per task so the next prompt for those tasks shows what was tried and why it
 failed.  Proposals the aggregator turns down later (below threshold, a guard,
-a disqualification) are matched back from the round's messages by the
-candidate key (``diff <key8> by worker-N``) or the worker's name, and are
-remembered the same way.  What earlier runs and scheduled sessions tried
-arrives in ``context.history`` (the memory of attempts) and joins that list.
+a disqualification) are matched back to the round's verdicts by the
+candidate's content key or its worker (:mod:`pytest_agentdescent.pending`, the
+matcher the hook proposer uses too), and are remembered the same way.  What
+earlier runs and scheduled sessions tried arrives in ``context.history`` (the
+memory of attempts) and joins that list.
 
 When to stop instead of going on: the model endpoint failing before it ever
 answered (a wrong base URL, a dead server) ends the run at once with the error
@@ -50,6 +51,7 @@ from agentdescent_core.proposers.reflector import (
 )
 from agentdescent_core.stops import StopReason
 from pytest_agentdescent.hooks import ProposeContext
+from pytest_agentdescent.pending import CAS_CONFLICT, Pending, PendingProposals
 from pytest_agentdescent.proposer import Edits
 
 if TYPE_CHECKING:
@@ -84,17 +86,6 @@ def frozen_description(patterns: Sequence[str]) -> str:
     if patterns:
         text += "; inside the roots also " + ", ".join(patterns)
     return text
-
-
-@dataclass
-class _Pending:
-    """A proposal handed to the engine whose fate the round will tell."""
-
-    round: int
-    worker: str
-    tasks: tuple[str, ...]
-    key: str
-    summary: str
 
 
 @dataclass
@@ -136,7 +127,7 @@ class ModelProposer:
         self._succeeded = False
         self._books = _Books()
         self._rejected: dict[str, list[RejectedProposal]] = {}
-        self._pending: list[_Pending] = []
+        self._pending = PendingProposals()
 
     # ---------------------------------------------------------------- the hook
 
@@ -183,15 +174,17 @@ class ModelProposer:
                 "it changes nothing in the current files"))
             return None
         summary = _summary(context.files, changed, rationale)
-        from agentdescent_core.artifacts.diff import diff_id_for
+        from agentdescent_core.memory import content_key
 
+        key = content_key(changed)
         with self._lock:
-            self._pending.append(_Pending(context.round, context.worker, tasks,
-                                          diff_id_for("candidate", changed)[:8], summary))
+            ticket = len(self._books.proposals)
             self._books.proposals.append({
                 "round": context.round, "worker": context.worker, "tasks": list(tasks),
                 "paths": sorted(changed), "rationale": rationale, "outcome": "proposed",
             })
+        self._pending.file(Pending(context.round, context.worker, tasks, key,
+                                   summary=summary, ticket=ticket))
         return Edits(changed, rationale=rationale or f"{self.spec} proposal for "
                      + ", ".join(tasks[:3]))
 
@@ -296,28 +289,27 @@ class ModelProposer:
             })
 
     def observe_round(self, info: RoundInfo) -> None:
-        """Match the round's merge decisions back to this proposer's pending proposals."""
-        with self._lock:
-            pending = [p for p in self._pending if p.round <= info.round]
-            self._pending = [p for p in self._pending if p.round > info.round]
-        for item in pending:
-            message = _decision_for(item, info.messages)
-            if message is None:
-                continue
-            category, _, reason = message.partition(": ")
-            reason = _LABEL.sub("", reason)  # the candidate's label means nothing to the model
-            self._settle(item, category)
-            if category in ("committed", "cas-conflict"):
-                continue
-            self._remember(item.tasks, RejectedProposal(item.summary, f"{category}: {reason}"))
+        """Settle this proposer's pending proposals from the round's verdicts.
 
-    def _settle(self, item: _Pending, category: str) -> None:
+        Each judged proposal's report entry takes the verdict's category; a
+        rejection (neither committed nor a lost compare-and-swap, which stays
+        pending for the re-filed card's verdict) is remembered for the next
+        prompt about its tasks, with the verdict's reason.
+        """
+        for item, verdict in self._pending.settle(info):
+            self._settle(item, verdict.category)
+            if verdict.category in ("committed", CAS_CONFLICT):
+                continue
+            # the candidate's label ("diff <key8> by worker-N: ") means nothing to the model
+            reason = _LABEL.sub("", verdict.reason)
+            self._remember(item.tasks, RejectedProposal(item.summary,
+                                                        f"{verdict.category}: {reason}"))
+
+    def _settle(self, item: Pending, category: str) -> None:
+        """The outcome of ``item``'s report entry: the latest verdict about it."""
         with self._lock:
-            for entry in reversed(self._books.proposals):
-                if (entry["round"], entry["worker"]) == (item.round, item.worker) and \
-                        entry["outcome"] == "proposed":
-                    entry["outcome"] = category
-                    break
+            if 0 <= item.ticket < len(self._books.proposals):
+                self._books.proposals[item.ticket]["outcome"] = category
 
     # ---------------------------------------------------------------- reporting
 
@@ -356,18 +348,6 @@ class ModelProposer:
 
 
 # ---------------------------------------------------------------- helpers
-
-def _decision_for(item: _Pending, messages: Sequence[str]) -> str | None:
-    """The round message about ``item``: by its candidate key, else naming its worker."""
-    for message in messages:
-        if f"diff {item.key} " in message:
-            return message
-    worker = re.compile(rf"\b{re.escape(item.worker)}\b(?![\d])")
-    for message in messages:
-        if worker.search(message) and "refused by the proposer" not in message:
-            return message
-    return None
-
 
 def _with_history(context: ProposeContext, rejected: Sequence[RejectedProposal]
                   ) -> list[RejectedProposal]:

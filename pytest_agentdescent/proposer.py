@@ -32,7 +32,6 @@ import random
 import threading
 import traceback
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,10 +48,11 @@ from agentdescent_core.evaluation.sandboxed import Observation, SandboxedVerifie
 from agentdescent_core.loop.worker import ProposalSite
 from agentdescent_core.tasks import Task
 from pytest_agentdescent.hooks import Failure, ProposeContext
+from pytest_agentdescent.pending import CAS_CONFLICT, Pending, PendingProposals
 
 if TYPE_CHECKING:
     from agentdescent_core.loop.result import RoundInfo
-    from agentdescent_core.memory import AttemptMemory, Verdict
+    from agentdescent_core.memory import AttemptMemory
 
 #: The last lines of a hook's traceback worth showing in the error.
 _TRACE_LINES = 12
@@ -132,7 +132,7 @@ class HookProposer:
         self._calls = 0
         self.memory = memory
         self._hidden = tuple(hidden)
-        self._pending: list[_Pending] = []
+        self._pending = PendingProposals()
 
     @property
     def calls(self) -> int:
@@ -198,11 +198,9 @@ class HookProposer:
             # strategy refuses it next (not-utf8-name), and that verdict is matched
             # to this worker, so the memory still learns of it.
             return
-        with self._lock:
-            self._pending.append(_Pending(
-                site.round, site.worker, tasks, key,
-                describe_edit(files, changed), str(getattr(edits, "rationale", "")),
-                tuple(sorted(changed))))
+        self._pending.file(Pending(
+            site.round, site.worker, tasks, key, summary=describe_edit(files, changed),
+            rationale=str(getattr(edits, "rationale", "")), paths=tuple(sorted(changed))))
 
     def _remember_refusal(self, site: ProposalSite, tasks: tuple[str, ...],
                           refusal: RefusalError) -> None:
@@ -219,25 +217,19 @@ class HookProposer:
     def observe_round(self, info: RoundInfo) -> int:
         """Keep this round's answers with their verdicts; how many were recorded.
 
-        An answer is matched to a verdict by the content hash of its edit, else
-        by its worker (a rebased or fused candidate).  A lost compare-and-swap
-        is no verdict yet (the card is re-filed); an answer no verdict names
-        (it lost the round's tournament, or failed its own re-run) is dropped.
+        An answer is matched to a verdict as :mod:`pytest_agentdescent.pending`
+        says: by the content hash of its edit, else by its worker (a rebased or
+        fused candidate).  A lost compare-and-swap is no verdict yet (the card
+        is re-filed); an answer no verdict names (it lost the round's
+        tournament, or failed its own re-run) is dropped.
         """
         if self.memory is None:
             return 0
         from agentdescent_core.memory import Attempt
 
-        with self._lock:
-            pending, self._pending = self._pending, []
-        kept: list[_Pending] = []
         recorded = 0
-        used: set[tuple[int, str]] = set()
-        for item in pending:
-            verdict = _verdict_for(item, info, used)
-            if verdict is None or verdict.category == "cas-conflict":
-                if verdict is not None or item.round > info.round:
-                    kept.append(item)
+        for item, verdict in self._pending.settle(info):
+            if verdict.category == CAS_CONFLICT:
                 continue
             self.memory.record(Attempt(
                 key=item.key, tasks=self._shown(item.tasks), category=verdict.category,
@@ -247,8 +239,6 @@ class HookProposer:
                 flips=tuple(f for f in verdict.flips if f[0] in self._train_set),
                 round=item.round).hiding(self._hidden))
             recorded += 1
-        with self._lock:
-            self._pending[:0] = kept
         return recorded
 
     def _shown(self, tasks: Sequence[str]) -> tuple[str, ...]:
@@ -278,35 +268,6 @@ class HookProposer:
             output=record.output if record is not None else "",
             source=self._sources.get(nodeid, ""),
         )
-
-
-@dataclass(frozen=True)
-class _Pending:
-    """An answer handed to the engine whose verdict the round will tell."""
-
-    round: int
-    worker: str
-    tasks: tuple[str, ...]
-    key: str
-    summary: str
-    rationale: str
-    paths: tuple[str, ...]
-
-
-def _verdict_for(item: _Pending, info: RoundInfo, used: set[tuple[int, str]]
-                 ) -> Verdict | None:
-    """The verdict about ``item``: by its content hash, else (in its own round) the first
-    verdict naming its worker that no other answer of that worker took."""
-    for verdict in info.verdicts:
-        if verdict.key and verdict.key == item.key:
-            return verdict
-    if item.round != info.round:
-        return None
-    for index, verdict in enumerate(info.verdicts):
-        if item.worker in verdict.workers and (index, item.worker) not in used:
-            used.add((index, item.worker))
-            return verdict
-    return None
 
 
 def _unpack(output: Any, task: Task, score: float

@@ -319,3 +319,51 @@ def test_the_model_proposer_is_shown_earlier_sessions_rejections_once() -> None:
     assert "rationale: greet" in prompts[0]
     assert "rejected because: below-threshold: P(improvement) 0.40 < 0.95" in prompts[0]
     assert "+- bye: wave" not in prompts[0]  # what worked is not fed back as rejected
+
+
+# ---------------------------------------------------------------- proposals meet their verdicts
+
+
+def test_each_pending_proposal_meets_the_verdict_about_it() -> None:
+    from agentdescent_core.artifacts.diff import Diff
+    from agentdescent_core.evidence import MergeReport
+    from agentdescent_core.loop.result import round_info
+    from pytest_agentdescent.pending import Pending, PendingProposals
+
+    def ops(text: str) -> dict[str, str | None]:
+        return {f"skills/{text}.md": f"{text}\n"}
+
+    def filed(round_: int, worker: str, name: str) -> Pending:
+        return Pending(round_, worker, ("t::a",), content_key(ops(name)), summary=name)
+
+    def judged(category: str, author: str, *names: str) -> MergeReport:
+        both = {k: v for n in names for k, v in ops(n).items()}
+        return MergeReport("skills", category, f"{category} {'+'.join(names)}",
+                           diff=Diff(both, author=author))
+
+    pending = PendingProposals()
+    items = {name: filed(r, w, name) for r, w, name in (
+        (1, "worker-0", "x"), (1, "worker-0", "y"), (1, "worker-1", "z"),
+        (1, "worker-2", "w"), (1, "worker-3", "u"), (2, "worker-0", "v"))}
+    for item in items.values():
+        pending.file(item)
+    refused = MergeReport("skills", "no-json", "worker-0's answer was refused by the proposer",
+                          extra={"refused_by": "proposer", "worker": "worker-0", "task": "t::a"})
+    first = round_info(1, 0.5, [
+        refused,  # worker-0's proposer raised: that answer was never filed
+        judged("committed", "worker-0", "x"),  # by content; names worker-0 too
+        judged("below-threshold", "worker-0,worker-1", "y", "z"),  # fused: by worker
+        judged("cas-conflict", "worker-3", "u"),
+    ])
+    assert first.verdicts[0].refused_by == "proposer"
+    assert first.verdicts[1].refused_by == ""
+    settled = {item.summary: verdict.reason for item, verdict in pending.settle(first)}
+    assert settled == {"x": "committed x", "y": "below-threshold y+z",
+                       "z": "below-threshold y+z", "u": "cas-conflict u"}
+    assert len(pending) == 2  # u waits for its re-filed card, v for its round; w is gone
+
+    second = round_info(2, 0.5, [judged("below-threshold", "worker-3", "u"),
+                                 judged("guard-failed", "worker-0", "q")])
+    again = {item.summary: verdict.category for item, verdict in pending.settle(second)}
+    assert again == {"u": "below-threshold", "v": "guard-failed"}
+    assert len(pending) == 0

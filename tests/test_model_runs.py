@@ -495,19 +495,39 @@ def _proposer(answers: list[str], **kw: Any) -> Any:
     return proposer, context, prompts
 
 
-def test_an_edit_the_aggregator_turns_down_is_shown_in_the_next_prompt() -> None:
-    from agentdescent_core.artifacts.diff import diff_id_for
-    from agentdescent_core.loop.result import RoundInfo
+def _judged(round_: int, *decisions: tuple[str, str, dict[str, str | None] | None, str]
+            ) -> Any:
+    """The RoundInfo the engine builds from merge reports: (category, reason, ops, author);
+    ops None is a refusal by the proposer before anything became a candidate."""
+    from agentdescent_core.artifacts.diff import Diff
+    from agentdescent_core.evidence import MergeReport
+    from agentdescent_core.loop.result import round_info
 
-    edit = {"rationale": "say hello", "edits": [
-        {"path": "skills/rules.md", "search": "- greeting: say hi\n",
-         "replace": "- greeting: say hi\n- hello: wave\n"}]}
-    proposer, context, prompts = _proposer([answer(edit), answer(edit)])
+    reports = [
+        MergeReport("skills", category, reason, diff=Diff(ops, author=author))
+        if ops is not None else
+        MergeReport("skills", category, reason, extra={
+            "code": "no-json", "refused_by": "proposer", "worker": author,
+            "task": "tests/test_bot.py::test_hello"})
+        for category, reason, ops, author in decisions
+    ]
+    return round_info(round_, 0.0, reports)
+
+
+HELLO = {"rationale": "say hello", "edits": [
+    {"path": "skills/rules.md", "search": "- greeting: say hi\n",
+     "replace": "- greeting: say hi\n- hello: wave\n"}]}
+
+
+def test_an_edit_the_aggregator_turns_down_is_shown_in_the_next_prompt() -> None:
+    from agentdescent_core.memory import content_key
+
+    proposer, context, prompts = _proposer([answer(HELLO), answer(HELLO)])
     ops = proposer.pytest_evolve_propose(context=context(1))
     assert ops.rationale == "say hello"
-    key = diff_id_for("candidate", dict(ops))[:8]
-    proposer.observe_round(RoundInfo(round=1, reward=0.0, messages=(
-        f"below-threshold: diff {key} by worker-0: P(improvement) 0.40 < 0.95",)))
+    key = content_key(dict(ops))[:8]
+    proposer.observe_round(_judged(1, ("below-threshold", f"diff {key} by worker-0: "
+                                       "P(improvement) 0.40 < 0.95", dict(ops), "worker-0")))
     proposer.pytest_evolve_propose(context=context(2))
     assert "(none yet)" in prompts[0]
     assert "+- hello: wave" in prompts[1]
@@ -516,19 +536,70 @@ def test_an_edit_the_aggregator_turns_down_is_shown_in_the_next_prompt() -> None
 
 
 def test_a_committed_edit_is_not_fed_back_as_rejected() -> None:
-    from agentdescent_core.artifacts.diff import diff_id_for
-    from agentdescent_core.loop.result import RoundInfo
+    from agentdescent_core.memory import content_key
 
     edit = {"rationale": "r", "edits": [{"path": "skills/new.md", "content": "x\n"}]}
     proposer, context, prompts = _proposer([answer(edit), "nothing"])
     ops = proposer.pytest_evolve_propose(context=context(1))
-    key = diff_id_for("candidate", dict(ops))[:8]
-    proposer.observe_round(RoundInfo(round=1, reward=1.0, messages=(
-        f"committed: diff {key} by worker-0 committed as v1: ok",)))
+    key = content_key(dict(ops))[:8]
+    proposer.observe_round(_judged(1, ("committed", f"diff {key} by worker-0 committed as "
+                                       "v1: ok", dict(ops), "worker-0")))
     with pytest.raises(RefusalError, match=r"JSON"):
         proposer.pytest_evolve_propose(context=context(2))
     assert "(none yet)" in prompts[1]
     assert proposer.report()["proposals"][0]["outcome"] == "committed"
+
+
+def test_a_fused_candidate_is_settled_for_each_worker_that_proposed_a_part() -> None:
+    from agentdescent_core.memory import content_key
+
+    bye = {"rationale": "say bye", "edits": [
+        {"path": "skills/bye.md", "content": "- bye: wave\n"}]}
+    proposer, context, prompts = _proposer([answer(HELLO), answer(bye), "nothing", "nothing"])
+    hello_ops = dict(proposer.pytest_evolve_propose(context=context(1, "worker-0")))
+    bye_ops = dict(proposer.pytest_evolve_propose(context=context(1, "worker-1")))
+    fused = {**hello_ops, **bye_ops}
+    label = f"fused {content_key(fused)[:8]} by worker-0, worker-1"
+    proposer.observe_round(_judged(
+        1,
+        # worker-0's proposer refused an answer of the same round first: that answer was
+        # never handed on, so it is not the verdict about worker-0's edit
+        ("no-json", "worker-0's proposal for task 'tests/test_bot.py::test_hello' was "
+                    "refused by the proposer (no-json): no JSON", None, "worker-0"),
+        ("below-threshold", f"{label}: P(improvement) 0.60 < 0.95", fused,
+         "worker-0,worker-1"),
+    ))
+    assert [p["outcome"] for p in proposer.report()["proposals"]] == \
+        ["below-threshold", "below-threshold"]
+    for worker in ("worker-0", "worker-1"):
+        with pytest.raises(RefusalError):
+            proposer.pytest_evolve_propose(context=context(2, worker))
+    for prompt in prompts[2:]:  # each worker's next prompt shows the fused rejection
+        assert "+- hello: wave" in prompt
+        assert "created skills/bye.md" in prompt
+        assert "rejected because: below-threshold: P(improvement) 0.60 < 0.95" in prompt
+        assert label not in prompt  # the candidate's label means nothing to the model
+
+
+def test_a_lost_compare_and_swap_waits_for_the_refiled_cards_verdict() -> None:
+    from agentdescent_core.memory import content_key
+
+    proposer, context, prompts = _proposer([answer(HELLO), "nothing", "nothing"])
+    ops = dict(proposer.pytest_evolve_propose(context=context(1)))
+    label = f"diff {content_key(ops)[:8]} by worker-0"
+    proposer.observe_round(_judged(1, ("cas-conflict", f"{label}: the head moved", ops,
+                                       "worker-0")))
+    assert proposer.report()["proposals"][0]["outcome"] == "cas-conflict"
+    with pytest.raises(RefusalError):
+        proposer.pytest_evolve_propose(context=context(2))
+    assert "(none yet)" in prompts[1]  # no verdict yet: nothing was rejected
+    # round 2 judges the re-filed card (its content, not its worker: another round)
+    proposer.observe_round(_judged(2, ("below-threshold", f"{label}: P(improvement) 0.30 < "
+                                       "0.95", ops, "worker-0")))
+    assert proposer.report()["proposals"][0]["outcome"] == "below-threshold"
+    with pytest.raises(RefusalError):
+        proposer.pytest_evolve_propose(context=context(3))
+    assert "rejected because: below-threshold: P(improvement) 0.30 < 0.95" in prompts[2]
 
 
 def test_an_answer_without_changes_is_no_proposal_and_is_remembered() -> None:
