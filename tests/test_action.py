@@ -211,8 +211,11 @@ def action_home(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def base_env(action_path: Path, temp: Path, summary: Path, api_url: str) -> dict[str, str]:
+    # A runner's own PYTEST_ADDOPTS reaches the Action's pytest as it would on GitHub;
+    # here it leaves out this machine's unused plugins (tests/conftest.py).
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("GITHUB_", "PYTEST_", "AGENTDESCENT_", "RUNNER_"))}
+           if not k.startswith(("GITHUB_", "PYTEST_", "AGENTDESCENT_", "RUNNER_"))
+           or k == "PYTEST_ADDOPTS"}
     env.update(USER_ENV)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env.update(GITHUB_ACTION_PATH=str(action_path), RUNNER_TEMP=str(temp),

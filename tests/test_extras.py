@@ -53,8 +53,9 @@ def without_extras(tmp_path: Path) -> dict[str, str]:
     """An environment whose Pythons cannot import the three extras' packages."""
     site = tmp_path / "no-extras"
     write(site / "sitecustomize.py", SITECUSTOMIZE.format(blocked=BLOCKED))
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AGENTDESCENT_", "PYTEST_ADDOPTS"))}
+    # PYTEST_ADDOPTS stays: it only leaves out this machine's unused pytest plugins
+    # (tests/conftest.py), none of which is an extra of ours.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTDESCENT_")}
     for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL",
                  "OPENAI_API_KEY", "OPENAI_BASE_URL"):
         env.pop(name, None)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import integrate, stats
 
 from agentdescent_core.stats.samples import TaskSamples, check_same_tasks
 
@@ -86,6 +85,8 @@ def pooled_improvement(base: TaskSamples, candidate: TaskSamples, *, nodes: int 
     so this is accurate to far below the two decimals reports print, and
     deterministic, unlike sampling.
     """
+    from scipy import integrate, stats  # here: scipy.stats costs a second to import
+
     check_same_tasks(base, candidate)
     sb, fb = pooled_counts(base)
     sc, fc = pooled_counts(candidate)

@@ -34,7 +34,6 @@ from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import stats
 
 from agentdescent_core.stats.samples import TaskSamples, check_same_tasks
 
@@ -90,6 +89,8 @@ class _Term:
         """Values and probabilities for pass/fail rewards: the candidate's pass count is
         hypergeometric (``r`` draws from ``n`` runs of which ``good`` passed)."""
         n, r = self.n, self.n_candidate
+        from scipy import stats  # here: scipy.stats costs a second to import
+
         good = int(self.pooled.sum())
         k = np.arange(max(0, r - (n - good)), min(r, good) + 1, dtype=np.float64)
         probs = np.asarray(stats.hypergeom.pmf(k, n, good, r), dtype=np.float64)
