@@ -63,6 +63,7 @@ from agentdescent_core.governance import FrozenSet
 from agentdescent_core.sandbox.select import get_backend
 from agentdescent_core.sandbox.workspace import Workspace
 from bench.records import GIT_ENV, commit_repo, machine, median_ms, publish
+from pytest_agentdescent.sandboxing import plugin_args
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "sandbox.json"
@@ -267,7 +268,10 @@ def _verifier(repo: Path, commit: str, name: str, parent: Path
     tree = FileTree(["skills"])
     return SandboxedVerifier(repo, commit, TaskSplit(train=TASKS), tree=tree,
                              frozen=FrozenSet(artifact_roots=tree.roots), backend=backend,
-                             cache=None, workspace_parent=parent), None
+                             cache=None, workspace_parent=parent,
+                             # the -p options of PYTEST_ADDOPTS, as pytest --evolve passes
+                             # them: the bare run reads that variable too
+                             pytest_args=plugin_args((), os.environ)), None
 
 
 def _spread(values: Sequence[float]) -> dict[str, float]:
