@@ -30,7 +30,7 @@ from agentdescent_core.artifacts.paths import (
     shown_path,
 )
 from agentdescent_core.errors import RefusalError
-from agentdescent_core.sandbox.workspace import FrozenCheck, Violation
+from agentdescent_core.sandbox.frozencheck import FrozenCheck, Violation
 
 ACT = "skills/support/act.py"
 

@@ -595,3 +595,18 @@ def test_dirty_paths_of_a_clean_repository_is_empty(clean_user_repo: UserRepo) -
     assert dirty_paths(clean_user_repo.path) == []
     clean_user_repo.git("rm", "--quiet", "--cached", "README.md")
     assert dirty_paths(clean_user_repo.path) == ["README.md"]
+
+
+def test_the_names_that_moved_out_of_workspace_are_still_importable_from_it() -> None:
+    """Callers import these from ``sandbox.workspace``; they now live in their role's module."""
+    from agentdescent_core.sandbox import frozencheck, userrepo, workspace
+
+    homes = {
+        frozencheck: ("FrozenCheck", "ResetStats", "Violation", "VIOLATION_KINDS",
+                      "MAX_PROTECTED_FILES"),
+        userrepo: ("dirty_paths", "uncommitted_changes"),
+    }
+    for home, names in homes.items():
+        for name in names:
+            assert getattr(workspace, name) is getattr(home, name), name
+    assert workspace.Workspace.check is frozencheck._CheckedCopy.check

@@ -257,7 +257,7 @@ def run_tests(
     ``writable`` are the artifact paths; ``workspace_writes`` lets the tests
     write into the rest of the copy (see :class:`RunSpec`).  The child writes no bytecode: a
     bytecode cache it could write is one a candidate could plant a forged
-    ``.pyc`` in for the next child to load (see ``sandbox/workspace.py``).  Raises
+    ``.pyc`` in for the next child to load (see ``sandbox/reset.py``).  Raises
     BackendError only when the sandbox itself cannot be set up.
     """
     several = sorted(nodeid for nodeid, (_first, count) in plan.items() if count != 1)

@@ -70,11 +70,13 @@ from agentdescent_core.governance import FrozenSet
 from agentdescent_core.redact import Redactor
 from agentdescent_core.sandbox.env import DEFAULT_ENV_ALLOWLIST
 from agentdescent_core.sandbox.exposure import refuse_exposed_secrets
+from agentdescent_core.sandbox.frozencheck import FrozenCheck
 from agentdescent_core.sandbox.guard import RepoGuard, TamperError
 from agentdescent_core.sandbox.local import LocalBackend, check_network
 from agentdescent_core.sandbox.snapshot import Sig, is_cache, signature
 from agentdescent_core.sandbox.spec import Backend, Limits, Network
-from agentdescent_core.sandbox.workspace import FrozenCheck, Workspace, uncommitted_changes
+from agentdescent_core.sandbox.userrepo import uncommitted_changes
+from agentdescent_core.sandbox.workspace import Workspace
 from agentdescent_core.stats.samples import TaskSamples
 from agentdescent_core.tasks import Task
 

@@ -12,7 +12,8 @@ may have planted: files are unlinked and re-created with ``O_NOFOLLOW``, and eve
 parent directory is checked to be a real directory (a symlink or file in its
 place is removed) before anything is written below it.
 
-This module knows nothing about git or frozen paths; :mod:`.workspace` does.
+This module knows nothing about git or frozen paths; :mod:`.workspace`,
+:mod:`.reset` and :mod:`.frozencheck` do.
 """
 
 from __future__ import annotations
