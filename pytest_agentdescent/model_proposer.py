@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from agentdescent_core.errors import BackendError, RefusalError, RunStopped
+from agentdescent_core.evidence import MergeOutcome
 from agentdescent_core.loop.budget import BudgetExhausted
 from agentdescent_core.proposers.reflector import (
     DEFAULT_BUDGET,
@@ -51,7 +52,7 @@ from agentdescent_core.proposers.reflector import (
 )
 from agentdescent_core.stops import StopReason
 from pytest_agentdescent.hooks import ProposeContext
-from pytest_agentdescent.pending import CAS_CONFLICT, Pending, PendingProposals
+from pytest_agentdescent.pending import Pending, PendingProposals
 from pytest_agentdescent.proposer import Edits
 
 if TYPE_CHECKING:
@@ -298,7 +299,7 @@ class ModelProposer:
         """
         for item, verdict in self._pending.settle(info):
             self._settle(item, verdict.category)
-            if verdict.category in ("committed", CAS_CONFLICT):
+            if verdict.category in (MergeOutcome.COMMITTED, MergeOutcome.CAS_CONFLICT):
                 continue
             # the candidate's label ("diff <key8> by worker-N: ") means nothing to the model
             reason = _LABEL.sub("", verdict.reason)

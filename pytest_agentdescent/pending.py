@@ -37,13 +37,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from agentdescent_core.evidence import MergeOutcome
+
 if TYPE_CHECKING:
     from agentdescent_core.loop.result import RoundInfo
     from agentdescent_core.memory import Verdict
-
-#: The category of a lost compare-and-swap: the card is re-filed, its verdict is still to come.
-CAS_CONFLICT = "cas-conflict"
-
 
 @dataclass(frozen=True)
 class Pending:
@@ -126,7 +124,7 @@ class PendingProposals:
                     kept.append(item)
                 continue
             settled.append((item, verdict))
-            if verdict.category == CAS_CONFLICT:
+            if verdict.category == MergeOutcome.CAS_CONFLICT:  # re-filed, judged later
                 kept.append(item)
         with self._lock:
             self._items[:0] = kept  # before anything filed meanwhile

@@ -45,10 +45,11 @@ from agentdescent_core.errors import (
 )
 from agentdescent_core.evaluation.records import TestRecord
 from agentdescent_core.evaluation.sandboxed import Observation, SandboxedVerifier, record_reward
+from agentdescent_core.evidence import MergeOutcome
 from agentdescent_core.loop.worker import ProposalSite
 from agentdescent_core.tasks import Task
 from pytest_agentdescent.hooks import Failure, ProposeContext
-from pytest_agentdescent.pending import CAS_CONFLICT, Pending, PendingProposals
+from pytest_agentdescent.pending import Pending, PendingProposals
 
 if TYPE_CHECKING:
     from agentdescent_core.loop.result import RoundInfo
@@ -229,7 +230,7 @@ class HookProposer:
 
         recorded = 0
         for item, verdict in self._pending.settle(info):
-            if verdict.category == CAS_CONFLICT:
+            if verdict.category == MergeOutcome.CAS_CONFLICT:
                 continue
             self.memory.record(Attempt(
                 key=item.key, tasks=self._shown(item.tasks), category=verdict.category,

@@ -97,7 +97,8 @@ def run(paths: tuple[str, ...], rounds: int | None, workers: int | None, repeats
     env[REQUIRE_ENV] = "1"
     shown = ["python", *argv[1:]]
     click.echo(f"agentdescent run: {shlex.join(shown)}", err=True)
-    before = _report_identity(pytest_args())
+    report = _report_path(pytest_args())
+    before = _identity(report)
     # File descriptor 2, not sys.stderr: the child writes to the real stream.
     child = subprocess.Popen(argv, env=env, stdout=2 if as_json else None)
     while True:
@@ -108,25 +109,25 @@ def run(paths: tuple[str, ...], rounds: int | None, workers: int | None, repeats
             # Ctrl-C reached pytest too (same process group): let it write its report and stop.
             continue
     if as_json:
-        click.echo(json.dumps(run_summary(code, pytest_args(), before), indent=2))
+        click.echo(json.dumps(run_summary(code, report, before), indent=2))
     raise SystemExit(code)
 
 
-def run_summary(code: int, extra: Sequence[str],
+def run_summary(code: int, report: Path | None,
                 before: tuple[int, int, int] | None) -> dict[str, Any]:
     """What ``--json`` prints: the exit code and the report this run wrote, if it wrote one.
 
-    ``before`` is :func:`_report_identity` taken as the run started.  A report.json
-    that is still that file is an earlier run's, so it is never shown as this one's:
-    a run that stopped before writing its report says ``"report": null``.  (Identity,
-    not age: a run that stops at once can end in the second the last one wrote.)
+    ``report`` is where the run writes report.json (None outside a repository) and
+    ``before`` its :func:`_identity` as the run started.  A report.json that is still
+    that file is an earlier run's, so it is never shown as this one's: a run that
+    stopped before writing its report says ``"report": null``.  (Identity, not age:
+    a run that stops at once can end in the second the last one wrote.)
     """
     summary: dict[str, Any] = {"exit_code": code, "report_path": None, "report": None}
-    path = _report_path(extra)
-    now = _report_identity(extra)
-    if path is not None and now is not None and now != before:
-        summary["report_path"] = str(Path(os.path.relpath(path)))
-        summary["report"] = json.loads(path.read_text(encoding="utf-8"))
+    now = _identity(report)
+    if report is not None and now is not None and now != before:
+        summary["report_path"] = str(Path(os.path.relpath(report)))
+        summary["report"] = json.loads(report.read_text(encoding="utf-8"))
     return summary
 
 
@@ -137,10 +138,9 @@ def _report_path(extra: Sequence[str]) -> Path | None:
         return None
 
 
-def _report_identity(extra: Sequence[str]) -> tuple[int, int, int] | None:
-    """(inode, mtime in ns, size) of the state dir's report.json, None when there is none:
-    any write of the file since changes it."""
-    path = _report_path(extra)
+def _identity(path: Path | None) -> tuple[int, int, int] | None:
+    """(inode, mtime in ns, size) of ``path``, None when there is no such file: any
+    write of the file since changes it."""
     try:
         stat = path.stat() if path is not None else None
     except OSError:
