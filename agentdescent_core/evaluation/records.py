@@ -50,6 +50,11 @@ class TestRecord:
     output: str = ""
     duration: float = 0.0
     phase: str = "call"
+    #: What the test read under the artifact roots, as repo-relative posix paths:
+    #: files it opened or stat'ed, and directories it listed with a trailing "/".
+    #: None when its reads were not traced (tracing off, or the tracer failed);
+    #: read-based selection always re-runs such a test.
+    reads: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
@@ -75,7 +80,15 @@ class TestRecord:
             output=str(data.get("output", "")),
             duration=float(data.get("duration", 0.0)),
             phase=str(data.get("phase", "call")),
+            reads=_reads(data.get("reads")),
         )
+
+
+def _reads(value: object) -> tuple[str, ...] | None:
+    """A record's ``reads`` as stored (a JSON list), or None when absent or malformed."""
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        return None
+    return tuple(sorted(set(value)))
 
 
 #: Later runs that must agree with each other before a first run that differs
