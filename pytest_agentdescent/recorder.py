@@ -203,10 +203,12 @@ def record(
     message: str = "",
     output: str = "",
     duration: float = 0.0,
+    reads: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """A record line: the fields of ``TestRecord``, which the parent parses it into."""
     return {"nodeid": nodeid, "outcome": outcome, "reward": reward, "repeat": repeat,
-            "message": message, "output": output, "duration": duration, "phase": phase}
+            "message": message, "output": output, "duration": duration, "phase": phase,
+            "reads": None if reads is None else sorted(reads)}
 
 
 # ---------------------------------------------------------------- the plugin
