@@ -113,6 +113,9 @@ class ChildConfig:
     output_chars: int = DEFAULT_OUTPUT_CHARS
     pytest_args: Sequence[str] = ()
     max_restarts: int = 8
+    #: Record what each test reads under the artifact roots (``TestRecord.reads``).
+    #: Not part of :meth:`fingerprint`: tracing does not change a result.
+    trace_reads: bool = False
 
     def __post_init__(self) -> None:
         if self.test_timeout is not None and self.test_timeout <= 0:
@@ -300,6 +303,7 @@ def run_tests(
             tests=dict(pending), test_timeout=config.test_timeout,
             output_chars=config.output_chars, key=key,
             artifact_roots=tuple(str(p.absolute()) for p in writable), workspace=space,
+            trace_reads=config.trace_reads,
         ).to_json(), encoding="utf-8")
         env = child_environment(
             os.environ if config.host_env is None else config.host_env,

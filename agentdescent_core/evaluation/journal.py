@@ -58,6 +58,8 @@ class ChildPlan:
     #: workspace: code under the roots is the candidate's.
     artifact_roots: tuple[str, ...] = ()
     workspace: str = ""
+    #: Record, per test, the paths under the artifact roots it read (``reads``).
+    trace_reads: bool = False
 
     def to_json(self) -> str:
         return json.dumps({
@@ -67,6 +69,7 @@ class ChildPlan:
             "key": self.key,
             "artifact_roots": list(self.artifact_roots),
             "workspace": self.workspace,
+            "trace_reads": self.trace_reads,
         })
 
     @classmethod
@@ -87,6 +90,7 @@ class ChildPlan:
             key=str(data.get("key", "")),
             artifact_roots=tuple(str(p) for p in data.get("artifact_roots", ())),
             workspace=str(data.get("workspace", "")),
+            trace_reads=bool(data.get("trace_reads", False)),
         )
 
     def span(self, nodeid: str) -> tuple[int, int]:
