@@ -78,11 +78,13 @@ def open_verifier(repo: Path, base: str, split: TaskSplit, *, tree: FileTree,
                   frozen: FrozenSet, backend: Backend, cache: EvalCache | None,
                   env_allow: Sequence[str], network: str, test_timeout: float,
                   eval_concurrency: int, subdir: str, pytest_args: Sequence[str] = (),
-                  ) -> tuple[SandboxedVerifier, list[str]]:
+                  select: str = "all") -> tuple[SandboxedVerifier, list[str]]:
     """A SandboxedVerifier at ``base`` and the warnings it gave while setting up.
 
     ``pytest_args`` go to every child's command line (:func:`plugin_args` of
-    the user's).  SandboxSetupError and ValueError propagate for the caller
+    the user's).  ``select`` is ``reads`` for ``pytest --evolve``'s read-based
+    selection; ``agentdescent review`` keeps ``all``: a review runs the full suite.
+    SandboxSetupError and ValueError propagate for the caller
     to word.
     """
     from agentdescent_core.evaluation.sandboxed import SandboxedVerifier
@@ -93,6 +95,6 @@ def open_verifier(repo: Path, base: str, split: TaskSplit, *, tree: FileTree,
             repo, base, split, tree=tree, frozen=frozen, backend=backend, cache=cache,
             env_allow=tuple(env_allow), network=network,  # type: ignore[arg-type]
             test_timeout=test_timeout, eval_concurrency=eval_concurrency, subdir=subdir,
-            pytest_args=tuple(pytest_args),
+            pytest_args=tuple(pytest_args), select=select,
         )
     return verifier, [str(w.message) for w in caught]

@@ -38,6 +38,7 @@ from pytest_agentdescent.collect import (
     resolve_roots,
 )
 from pytest_agentdescent.runstate import RunState
+from pytest_agentdescent.selecting import SelectionLog
 from pytest_agentdescent.settings import EvolveSettings
 from pytest_agentdescent.terminal import (
     Out,
@@ -264,7 +265,9 @@ class EvolveSession:
         agg_config = AggregatorConfig(repeats=settings.repeats,
                                       promote_after=settings.promote_after,
                                       baseline_repeats=settings.baseline_repeats)
-        progress = _Progress(self, proposer, total=settings.rounds, model=self._model)
+        selection = SelectionLog(verifier.selection)
+        progress = _Progress(self, proposer, total=settings.rounds, model=self._model,
+                             selection=selection)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             baseline, broken = self._baseline(verifier, initial, agg_config.base_repeats)
@@ -298,7 +301,8 @@ class EvolveSession:
             result, settings=settings, plan=plan, ledger=ledger, split=verifier.split,
             initial=initial, before=before, after=after, broken=broken is not None,
             calls=proposer.calls, cost_usd=model.client.wire_cost_usd if model else None,
-            extra=self._report_fields(plan, sandbox, decision, verifier.evaluations),
+            extra={**self._report_fields(plan, sandbox, decision, verifier.evaluations),
+                   "selection": selection.report(len(verifier.split.eval_tasks))},
             decision=decision, created=created, base=base, state_dir=state_dir,
             started_at=self._started_at, memory=memory,
         )
@@ -449,6 +453,7 @@ class EvolveSession:
                 network=settings.network, test_timeout=settings.test_timeout,
                 eval_concurrency=settings.eval_concurrency, subdir=plan.layout.subdir,
                 pytest_args=plugin_args(self.config.invocation_params.args, os.environ),
+                select=settings.select,
             )
         except SandboxSetupError as exc:
             raise pytest.UsageError(str(exc)) from None
@@ -512,8 +517,10 @@ class _Progress:
     """``on_round``: a terminal line and the ``pytest_evolve_round`` hook per round."""
 
     def __init__(self, session: EvolveSession, proposer: HookProposer, *, total: int,
-                 model: ModelProposer | None = None) -> None:
+                 model: ModelProposer | None = None,
+                 selection: SelectionLog | None = None) -> None:
         self._session = session
+        self._selection = selection
         self._model = model
         self._proposer = proposer
         self._total = total
@@ -531,9 +538,10 @@ class _Progress:
         self._proposer.observe_round(info)
         if self._model is not None:
             self._model.observe_round(info)
+        ran = None if self._selection is None else self._selection.close_round(info.round)
         self._session._out.line(round_line(
             info, total=self._total, previous=self.previous, calls=round_calls,
-            elapsed=time.monotonic() - self._start,
+            elapsed=time.monotonic() - self._start, ran=ran,
         ), green=bool(info.merged))
         if info.reward is not None:
             self.previous = info.reward

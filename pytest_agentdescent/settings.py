@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from agentdescent_core.evaluation.selection import SELECT_MODES
 from agentdescent_core.proposers.guardrail_spec import SCRIPT_POLICIES, parse_guardrails
 from agentdescent_core.sandbox.env import DEFAULT_ENV_ALLOWLIST, is_never_passed
 from agentdescent_core.sandbox.spec import BACKEND_NAMES, NETWORK_MODES
@@ -106,6 +107,7 @@ class EvolveSettings:
     degradation_min_sessions: int = 3
     tasks: str | None = None
     baseline_repeats: int | None = None
+    select: str = "reads"
 
     @property
     def enabled(self) -> bool:
@@ -462,6 +464,11 @@ KNOBS: tuple[Knob, ...] = (
          "Runs of every task at the base before the first round (default 1: the acceptance "
          "test buys more base runs where a pair needs one). More measure a flaky baseline "
          "more exactly and name tests whose first run differs from later ones."),
+    Knob("select", "--evolve-select", "evolve_select", "value", "string",
+         "one of " + "|".join(SELECT_MODES), _choice(SELECT_MODES),
+         "Which tests a candidate re-runs: reads (default: those that read a file it "
+         "changes, plus untraced tests and guards; the others keep their evidence) or all.",
+         "|".join(SELECT_MODES)),
 )
 
 _DEFAULTS = EvolveSettings()

@@ -140,19 +140,21 @@ def _reasons(info: RoundInfo) -> str:
 
 
 def round_line(info: RoundInfo, *, total: int, previous: float | None, calls: int,
-               elapsed: float) -> str:
+               elapsed: float, ran: str | None = None) -> str:
     """One progress line: round, reward (and its change), decision, proposer calls, time.
 
     The seconds are the round's own, as ``report.json`` has them (``seconds`` of
     each history entry); ``elapsed``, the time since the rounds started, follows
-    as the total.
+    as the total.  ``ran`` says how many tests the round's candidates re-ran
+    ("ran 6 of 60 tests (reads)"), when it judged any.
     """
     width = len(str(total))
     reward = "reward   –  " if info.reward is None else f"reward {info.reward:.3f}"
     if info.reward is not None and previous is not None and abs(info.reward - previous) > 1e-12:
         reward += f" ({info.reward - previous:+.3f})"
-    return (f"round {info.round:>{width}}/{total}  {reward:<22} {_reasons(info):<40}  "
+    line = (f"round {info.round:>{width}}/{total}  {reward:<22} {_reasons(info):<40}  "
             f"calls {calls:<3} {info.seconds:6.1f}s (total {elapsed:.1f}s)")
+    return line if ran is None else f"{line}  {ran}"
 
 
 def _r(value: object) -> str:

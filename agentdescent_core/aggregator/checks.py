@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from agentdescent_core.aggregator.config import AggregatorConfig
 from agentdescent_core.aggregator.store import ArtifactStore
 from agentdescent_core.errors import RefusalError
-from agentdescent_core.evaluation.protocol import Verifier
+from agentdescent_core.evaluation.protocol import Selective, Verifier
 from agentdescent_core.evidence import EvidenceCard, MergeOutcome
 from agentdescent_core.stats.policies import AcceptancePolicy, Sequential
 from agentdescent_core.stats.samples import PASS_THRESHOLD, AcceptanceDecision, TaskSamples
@@ -122,6 +122,11 @@ def run_pairs(
     earned another pair) is evaluated together, so its runs go in parallel.
     """
     ids = list(dict.fromkeys(tasks))
+    if isinstance(verifier, Selective):
+        selection = verifier.select_tests(base, candidate, ids)
+        ids = list(selection.selected)
+        if not ids:
+            return _unreachable(verifier, policy, base, candidate, tasks, selection.touched)
     weights = {t: verifier.split.weight(t) for t in ids}
     test = policy.open(ids, weights)
     used = dict.fromkeys(ids, 0)
@@ -140,6 +145,28 @@ def run_pairs(
     decision = test.decision()
     base_samples, cand_samples = test.samples()
     return PairRun(decision, base_samples, cand_samples, pairs)
+
+
+def _unreachable(verifier: Verifier, policy: Sequential, base: Mapping[str, str],
+                 candidate: Mapping[str, str], tasks: Sequence[str],
+                 touched: Sequence[str]) -> PairRun:
+    """The verdict on a candidate no task can tell from its base: rejected, no pair drawn.
+
+    Its runs are the base's first runs, kept for every task (the change reaches
+    none), so the samples cost nothing.
+    """
+    base_samples = verifier.evaluate(base, tasks, 1)
+    cand_samples = verifier.evaluate(candidate, tasks, 1)
+    shown = ", ".join(touched[:3]) + (f" and {len(touched) - 3} more" if len(touched) > 3
+                                      else "")
+    decision = AcceptanceDecision(
+        accept=False, category=MergeOutcome.BELOW_THRESHOLD.value, p_improvement=0.0,
+        p_value=None, threshold=float(getattr(policy.open(list(tasks)), "threshold", 0.0)),
+        reward_base=base_samples.reward(), reward_candidate=cand_samples.reward(), flips=[],
+        reason=f"no test read what it changes ({shown or 'nothing'}), so no run can tell it "
+               "from the base", policy=policy.name,
+    )
+    return PairRun(decision, base_samples, cand_samples, 0)
 
 
 def run_acceptance(

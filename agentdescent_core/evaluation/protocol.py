@@ -114,3 +114,30 @@ class Disqualifying(Protocol):
     def disqualification(self, state: Mapping[str, str]) -> RefusalError | None:
         """The refusal that rules ``state`` out, or None (also when never evaluated)."""
         ...
+
+
+@runtime_checkable
+class Selective(Protocol):
+    """A verifier that knows which tasks a change can reach (read-based selection).
+
+    The sandboxed verifier implements it from the reads its children record.
+    The acceptance test pairs only the tasks :meth:`select_tests` names: the
+    others cannot tell the candidate from the base, so their pairs would cost
+    runs and carry no evidence.  :meth:`confirm` re-runs, before a promotion,
+    what a state kept instead of running.
+    """
+
+    def select_tests(self, base: Mapping[str, str], candidate: Mapping[str, str],
+                     task_ids: Sequence[str]) -> SelectedTests: ...
+
+    def confirm(self, state: Mapping[str, str]) -> list[str]: ...
+
+
+class SelectedTests(Protocol):
+    """What :meth:`Selective.select_tests` answers: the tasks to pair, and what changed."""
+
+    @property
+    def selected(self) -> tuple[str, ...]: ...
+
+    @property
+    def touched(self) -> tuple[str, ...]: ...

@@ -66,6 +66,7 @@ from agentdescent_core.evaluation.child import (
 )
 from agentdescent_core.evaluation.protocol import TaskSplit, requested_tasks
 from agentdescent_core.evaluation.records import TestRecord, first_run_stands_apart
+from agentdescent_core.evaluation.selection import Selection, SelectionBook
 from agentdescent_core.governance import FrozenSet
 from agentdescent_core.redact import Redactor
 from agentdescent_core.sandbox.env import DEFAULT_ENV_ALLOWLIST
@@ -165,6 +166,7 @@ class SandboxedVerifier:
         output_chars: int = 4000,
         watch_repo: bool | None = None,
         subdir: str = "",
+        select: str = "all",
     ) -> None:
         if isinstance(eval_concurrency, bool) or not isinstance(eval_concurrency, int) \
                 or eval_concurrency < 1:
@@ -195,7 +197,9 @@ class SandboxedVerifier:
             run_timeout=run_timeout,
             output_chars=output_chars,
             pytest_args=tuple(pytest_args),
+            trace_reads=select == "reads",
         )
+        self.selection = SelectionBook(select, split.guards)
         self._watch_repo = backend.name == "local" if watch_repo is None else watch_repo
         state_dir = Path(cache.path).parent if cache is not None else self.repo / ".agentdescent"
         self._guard = RepoGuard(self.repo, state_dir) if self._watch_repo else None
@@ -293,6 +297,66 @@ class SandboxedVerifier:
         ids = requested_tasks(task_ids, repeats, self._known)
         self._obtain(state, [(t, r) for t in ids for r in range(repeats)])
 
+    # ---------------------------------------------------------------- read-based selection
+
+    def select_tests(self, base: Mapping[str, str], candidate: Mapping[str, str],
+                     task_ids: Sequence[str]) -> Selection:
+        """The tasks whose outcome ``candidate``'s change against ``base`` can reach.
+
+        Under ``select="all"`` every task; under ``reads`` the tasks whose
+        recorded reads meet the changed paths, plus those with no recorded
+        reads and earlier selection misses (:mod:`.selection`).  Each call is
+        logged in :attr:`selection` for the report.
+        """
+        base_files, cand_files = dict(base), dict(candidate)
+        base_hash, cand_hash = state_hash(base_files), state_hash(cand_files)
+        self.selection.seen(base_hash, base_files)
+        self.selection.seen(cand_hash, cand_files)
+        return self.selection.select(base_hash, cand_hash, list(dict.fromkeys(task_ids)))
+
+    def confirm(self, state: Mapping[str, str]) -> list[str]:
+        """Run for real every test whose evidence ``state`` kept; the tests that disagree.
+
+        Called before a version is promoted: a kept record whose fresh run
+        tells another outcome is a selection miss (the test then always
+        runs), and the fresh records replace the kept ones either way.
+        """
+        files = dict(state)
+        artifact = state_hash(files)
+        keys = self.selection.kept(artifact)
+        if not keys:
+            return []
+        with self._state_lock(artifact):
+            with self._lock:
+                kept = {key: self._records.pop((artifact, key[0], key[1])) for key in keys
+                        if (artifact, key[0], key[1]) in self._records}
+            self.selection.forget_kept(artifact, keys)
+            fresh: dict[Key, TestRecord] = {}
+            verdict = self._run(files, artifact, self._context_hash(), sorted(kept), fresh)
+        if verdict is not None:
+            return []
+        return self.selection.confirm(artifact, kept, fresh)
+
+    def _keep(self, artifact: str, missing: list[Key], have: dict[Key, TestRecord]
+              ) -> list[Key]:
+        """Fill ``have`` with evidence kept from other states; the keys still to run."""
+        if not self.selection.on:
+            return missing
+        rest: list[Key] = []
+        for key in missing:
+            donor = self.selection.donor(artifact, key)
+            with self._lock:
+                record = None if donor is None else self._records.get((donor, key[0], key[1]))
+                if record is not None:
+                    self._records[(artifact, key[0], key[1])] = record
+            if record is None:
+                self.selection.forget_kept(artifact, [key])
+                rest.append(key)
+            else:
+                have[key] = record
+                self.selection.holds(artifact, key)
+        return rest
+
     def _warn_order_dependent(self, ids: Sequence[str], have: Mapping[Key, TestRecord],
                               repeats: int) -> None:
         """Warn (once per test) about a test whose first run and later runs disagree.
@@ -331,8 +395,9 @@ class SandboxedVerifier:
             verdict = self._verdict(artifact, context)
             have: dict[Key, TestRecord] = {}
             if verdict is None:
+                self.selection.seen(artifact, frozen_state)
                 have = self._lookup(artifact, context, wanted)
-                missing = [key for key in wanted if key not in have]
+                missing = self._keep(artifact, [key for key in wanted if key not in have], have)
                 if missing:
                     verdict = self._run(frozen_state, artifact, context, missing, have)
         return verdict, have
@@ -456,6 +521,9 @@ class SandboxedVerifier:
                 for key, record in found.items():
                     self._records[(artifact, key[0], key[1])] = record
             have.update(found)
+            for key, record in found.items():
+                self.selection.index.record(record.nodeid, record.reads, traced=False)
+                self.selection.holds(artifact, key)
         with self._lock:
             self._cache_hits += len(have)
         return have
@@ -510,6 +578,9 @@ class SandboxedVerifier:
             self._children += sum(r.outcome.runs for r in results)
             for key, record in produced.items():
                 self._records[(artifact, key[0], key[1])] = record
+        self.selection.ran(artifact, measured, traced=self._config.trace_reads)
+        for key in produced:
+            self.selection.holds(artifact, key)
         verdict = _verdict_of(violations, outside, errors, tamper=reached_in)
         if verdict is not None:
             return self._record_verdict(artifact, context, verdict)
