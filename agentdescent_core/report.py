@@ -319,8 +319,40 @@ def render_markdown(report: Mapping[str, Any]) -> str:
               _num(v.get("reward_before")), _num(v.get("reward_after")),
               _cell(v.get("subject", ""))] for v in versions],
         )
+    lines += _selection(report)
     lines += _durability(report)
     return redact("\n".join(lines) + "\n")
+
+
+def _selection(report: Mapping[str, Any]) -> list[str]:
+    """Which tests each candidate re-ran and why (read-based selection), when present."""
+    block = report.get("selection")
+    if not isinstance(block, Mapping) or not block.get("candidates"):
+        return []
+    tests, candidates = int(block.get("tests") or 0), int(block.get("candidates") or 0)
+    runs = int(block.get("candidate_runs") or 0)
+    lines = ["", "## Tests re-run per candidate", "",
+             f"Selection `{_cell(block.get('mode'))}`: {runs} test run(s) on {candidates} "
+             f"candidate(s) of {tests} test(s)."]
+    misses = list(block.get("misses") or [])
+    if misses:
+        lines.append(f"**{len(misses)} selection miss(es)** (a kept result a fresh run "
+                     "contradicted; these tests now always run): "
+                     + ", ".join(_code(m) for m in misses) + ".")
+    lines.append("")
+    rows = []
+    for entry in block.get("per_candidate") or []:
+        why = entry.get("why") or {}
+        reasons: dict[str, int] = {}
+        for reason in why.values():
+            reasons[str(reason)] = reasons.get(str(reason), 0) + 1
+        touched = list(entry.get("touched") or [])
+        rows.append([str(entry.get("round", "")), _code(entry.get("candidate", "")),
+                     _cell(", ".join(touched[:3]) + (" …" if len(touched) > 3 else "")),
+                     f"{len(entry.get('selected') or [])} of {tests}",
+                     _cell("; ".join(f"{k} ×{v}" for k, v in sorted(reasons.items())))])
+    lines += _table(["round", "candidate", "changes", "re-ran", "why"], rows)
+    return lines
 
 
 def _durability(report: Mapping[str, Any]) -> list[str]:

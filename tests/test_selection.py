@@ -124,3 +124,20 @@ def test_the_round_line_and_the_report_say_what_ran() -> None:
     line = round_line(RoundInfo(round=1, reward=0.5), total=3, previous=None, calls=1,
                       elapsed=1.0, ran=words)
     assert line.endswith("ran 1 of 2 tests (reads)")
+
+
+def test_report_md_lists_per_candidate_what_re_ran_and_why() -> None:
+    from agentdescent_core.report import render_markdown
+
+    book = _book_with_base()
+    book.seen("cand", {**BASE, "skills/a/SKILL.md": "a2"})
+    log = SelectionLog(book)
+    book.select("base", "cand", ["ta", "tb"])
+    log.close_round(1)
+    block = log.report(tests=2)
+    block["misses"] = ["tb"]
+    text = render_markdown({"selection": block})
+    assert "## Tests re-run per candidate" in text
+    assert "| 1 | `cand` | skills/a/SKILL.md | 1 of 2 | reads skills/a/SKILL.md ×1 |" in text
+    assert "1 selection miss(es)" in text and "`tb`" in text
+    assert "re-run per candidate" not in render_markdown({})
