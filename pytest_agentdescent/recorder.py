@@ -61,7 +61,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FunctionType, ModuleType
 from typing import IO, Any, cast
@@ -76,7 +76,8 @@ from _pytest.runner import runtestprotocol
 from agentdescent_core.evaluation import journal as _journal, records as _records
 from agentdescent_core.evaluation.journal import PLAN_ENV, RECORD_ENV, ChildPlan, sign_line
 from agentdescent_core.evaluation.records import DEFAULT_OUTPUT_CHARS
-from pytest_agentdescent import reward as _reward
+from pytest_agentdescent import readtrace as _readtrace, reward as _reward
+from pytest_agentdescent.readtrace import ReadTracer
 from pytest_agentdescent.reward import clear_reward, recorded_reward
 from pytest_agentdescent.tamper import Integrity, Planted, Watch
 
@@ -146,6 +147,7 @@ def combine_reports(
     *,
     reward: float | None = None,
     output_chars: int = DEFAULT_OUTPUT_CHARS,
+    reads: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """One record (``TestRecord``'s fields) from the reports of one run of a test.
 
@@ -190,7 +192,7 @@ def combine_reports(
     return record(nodeid, outcome, value, repeat=repeat, phase=phase,
                   message=truncate(message, output_chars),
                   output=truncate(_captured(reports), output_chars),
-                  duration=sum(r.duration for r in reports))
+                  duration=sum(r.duration for r in reports), reads=reads)
 
 
 def record(
@@ -357,10 +359,12 @@ class _Guard:
 class Recorder:
     """Runs the planned tests and journals one record per test per repeat."""
 
-    def __init__(self, journal: _Journal, plan: ChildPlan, guard: _Guard) -> None:
+    def __init__(self, journal: _Journal, plan: ChildPlan, guard: _Guard,
+                 tracer: ReadTracer) -> None:
         self._journal = journal
         self._plan = plan
         self._guard = guard
+        self._tracer = tracer
 
     @pytest.hookimpl
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
@@ -408,17 +412,33 @@ class Recorder:
                 break
             clear_reward(item)
             item._report_sections = []  # captured output of the previous repeat
+            self._tracer.begin()
             self._journal.start(item.nodeid, repeat)
             following = nextitem if last else cast(pytest.Item, _KeepParents(item))
             reports = runtestprotocol(item, log=True, nextitem=following)
             line = combine_reports(
                 item.nodeid, repeat, reports,
                 reward=recorded_reward(item), output_chars=self._plan.output_chars,
+                reads=self._tracer.end(node.nodeid for node in item.listchain()),
             )
             self._guard.check(full=last)
             self._journal.finish(line)
         item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
         return True
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_fixture_setup(self, fixturedef: Any, request: Any) -> Iterator[None]:
+        """Reads while a broader fixture is set up belong to every test that shares it."""
+        shared = self._tracer.enabled and fixturedef.scope != "function"
+        if shared:  # module, class: that node's tests; package, session: all of them
+            node = request.node if fixturedef.scope in ("module", "class") else None
+            self._tracer.enter("" if node is None or isinstance(node, pytest.Item)
+                               else node.nodeid)
+        try:
+            yield
+        finally:
+            if shared:
+                self._tracer.leave()
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -507,26 +527,32 @@ def _start() -> dict[str, Any] | str | None:
     me = sys.modules[__name__]
     ours = [value for value in (*vars(me).values(), *private.values())
             if isinstance(value, (FunctionType, type)) and value.__module__ == __name__]
-    watch = Watch(plan.artifact_roots, workspace, journal.tamper, protected=ours)
-    strict: list[ModuleType | type] = [me, _reward, _records, _journal]
+    tracer = private["ReadTracer"](plan.artifact_roots, workspace, enabled=plan.trace_reads)
+    watch = Watch(plan.artifact_roots, workspace, journal.tamper,
+                  protected=[*ours, private["ReadTracer"]])
+    strict: list[ModuleType | type] = [me, _reward, _records, _journal, _readtrace,
+                                       _readtrace.ReadTracer, private["ReadTracer"]]
     strict += [value for value in private.values()
                if isinstance(value, type) and value.__module__ == __name__]
     integrity = Integrity(strict, [_pytest.runner, _pytest.reports, _pytest.python,
                                    _pytest.nodes, *_PYTEST_CLASSES], workspace)
     with watch.quiet():
         planted = Planted(plan.artifact_roots, workspace)
+        tracer.start()
     watch.install()
     guard = private["_Guard"](journal, watch, integrity, planted)
-    return {"recorder": private["Recorder"](journal, plan, guard)}
+    return {"recorder": private["Recorder"](journal, plan, guard, tracer)}
 
 
 def _pin_all() -> dict[str, Any]:
     runner = _pinned(vars(_pytest.runner), "_pytest.runner")
     journal = _pinned(vars(_journal), _journal.__name__)
+    tracer = _pinned(vars(_readtrace), _readtrace.__name__, ("ReadTracer",))
     private = _pinned(globals(), __name__,
                       ("_KeepParents", "_Journal", "_Watchdog", "_Guard", "Recorder"))
     private["runtestprotocol"] = runner["runtestprotocol"]
     private["sign_line"] = journal["sign_line"]
+    private["ReadTracer"] = tracer["ReadTracer"]
     return private
 
 
