@@ -1,4 +1,4 @@
-"""Read-based selection's rules: what a change touches, which reads it reaches, who keeps evidence."""
+"""Read-based selection's rules: what a change touches, which reads it meets, what is kept."""
 
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def test_a_miss_is_named_counted_and_its_test_then_always_runs() -> None:
 
 
 def test_an_unknown_mode_is_refused_naming_the_choices() -> None:
-    with pytest.raises(ValueError, match="reads|all"):
+    with pytest.raises(ValueError, match=r"reads\|all"):
         SelectionBook("some")
 
 
@@ -115,7 +115,8 @@ def test_the_round_line_and_the_report_say_what_ran() -> None:
     book.ran("cand", [TestRecord("ta", "passed", 1.0, reads=("skills/a/SKILL.md",))],
              traced=True)
     report = log.report(tests=2)
-    assert report["mode"] == "reads" and report["candidates"] == 1
+    assert report["mode"] == "reads"
+    assert report["candidates"] == 1
     assert report["candidate_runs"] == 1
     assert report["per_candidate"][0]["round"] == 1
     assert report["per_candidate"][0]["selected"] == ["ta"]
@@ -139,5 +140,6 @@ def test_report_md_lists_per_candidate_what_re_ran_and_why() -> None:
     text = render_markdown({"selection": block})
     assert "## Tests re-run per candidate" in text
     assert "| 1 | `cand` | skills/a/SKILL.md | 1 of 2 | reads skills/a/SKILL.md ×1 |" in text
-    assert "1 selection miss(es)" in text and "`tb`" in text
+    assert "1 selection miss(es)" in text
+    assert "`tb`" in text
     assert "re-run per candidate" not in render_markdown({})
