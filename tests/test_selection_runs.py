@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import user_git, write
-from sandbox_support import child_pytest_args, require_backend
+from sandbox_support import ALL_BACKENDS, child_pytest_args, require_backend
 
 from agentdescent_core.aggregator.checks import run_pairs
 from agentdescent_core.artifacts.filetree import FileTree
@@ -53,7 +53,12 @@ BASE = {"skills/a/SKILL.md": "bad\n", "skills/b/SKILL.md": "good\n",
 
 
 @pytest.fixture
-def verifier(tmp_path: Path) -> Iterator[SandboxedVerifier]:
+def backend() -> str:
+    return "local"
+
+
+@pytest.fixture
+def verifier(tmp_path: Path, backend: str) -> Iterator[SandboxedVerifier]:
     repo = tmp_path / "repo"
     user_git(tmp_path, "init", "--quiet", "--initial-branch=main", "repo")
     write(repo / "pytest.ini", "[pytest]\ntestpaths = tests\n")
@@ -65,13 +70,14 @@ def verifier(tmp_path: Path) -> Iterator[SandboxedVerifier]:
     tree = FileTree(["skills"])
     made = SandboxedVerifier(
         repo, user_git(repo, "rev-parse", "HEAD"), TaskSplit(train=(A, B, C)), tree=tree,
-        frozen=FrozenSet(artifact_roots=tree.roots), backend=require_backend("local"),
+        frozen=FrozenSet(artifact_roots=tree.roots), backend=require_backend(backend),
         cache=None, test_timeout=30.0, run_timeout=120.0, pytest_args=child_pytest_args(),
         select="reads")
     yield made
     made.close()
 
 
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
 def test_a_candidate_reruns_only_the_tests_that_read_what_it_changes(
         verifier: SandboxedVerifier) -> None:
     assert isinstance(verifier, Selective)
