@@ -18,6 +18,10 @@ What the file holds, one JSON object per line, flushed as it happens:
 * ``{"collect_error": message}`` when a file cannot be collected — the parent
   then fails the whole candidate with that message.
 
+With the plan's ``trace_reads`` each record's ``reads`` lists what the test
+read under the artifact roots (:mod:`pytest_agentdescent.readtrace`, started
+here at import like the audit hook); otherwise it is None.
+
 The parent asks for one run of each test per child (repeats are sweeps, each
 its own child process: a test that cannot run twice in one process, such as one
 consuming a generator parameter, then scores as under plain pytest).  A plan
@@ -430,10 +434,8 @@ class Recorder:
     def pytest_fixture_setup(self, fixturedef: Any, request: Any) -> Iterator[None]:
         """Reads while a broader fixture is set up belong to every test that shares it."""
         shared = self._tracer.enabled and fixturedef.scope != "function"
-        if shared:  # module, class: that node's tests; package, session: all of them
-            node = request.node if fixturedef.scope in ("module", "class") else None
-            self._tracer.enter("" if node is None or isinstance(node, pytest.Item)
-                               else node.nodeid)
+        if shared:
+            self._tracer.enter(_sharing(fixturedef.scope, request))
         try:
             yield
         finally:
@@ -450,6 +452,19 @@ class Recorder:
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         self._guard.check(full=True)
         self._journal.close()
+
+
+def _sharing(scope: str, request: Any) -> str:
+    """The node id whose tests share a fixture of ``scope`` ("": every test of the child).
+
+    Module and class scope: that module's or class's tests; package and session
+    scope, or a node pytest cannot name (a class fixture outside a class): all.
+    """
+    try:
+        node = request.node if scope in ("module", "class") else None
+    except Exception:  # pytest asserts there is such a node; never fail a fixture over it
+        node = None
+    return "" if node is None or isinstance(node, pytest.Item) else str(node.nodeid)
 
 
 def _ensure_plugin(config: pytest.Config) -> None:

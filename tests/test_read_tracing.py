@@ -76,6 +76,18 @@ def test_uses(shared):
 
 def test_after():
     pass
+
+
+class TestGroup:
+    @pytest.fixture(scope="class")
+    def grouped(self):
+        return Path("skills/a/SKILL.md").read_text()
+
+    def test_in_class(self, grouped):
+        pass
+
+    def test_in_class_too(self):
+        pass
 '''
 
 PLAIN = '''\
@@ -129,7 +141,8 @@ def reads(outcome: ChildOutcome) -> dict[str, tuple[str, ...] | None]:
 def traced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, ...] | None]:
     tests = [R + name for name in ("test_in_process", "test_python_subprocess", "test_cat",
                                    "test_listdir", "test_nothing", "test_through_a_symlink")]
-    tests += [F + name for name in ("test_before", "test_uses", "test_after")]
+    tests += [F + name for name in ("test_before", "test_uses", "test_after",
+                                    "TestGroup::test_in_class", "TestGroup::test_in_class_too")]
     return reads(evaluate(tmp_path_factory.mktemp("traced"), tests))
 
 
@@ -164,6 +177,9 @@ def test_a_module_fixture_read_goes_to_the_tests_that_share_it(
     assert traced["test_before"] == (D,)  # ran before the fixture was set up
     assert traced["test_uses"] == ("skills/c/SKILL.md", D)
     assert traced["test_after"] == ("skills/c/SKILL.md", D)
+    # a class fixture: to the tests of that class (the module's reads apply there too)
+    for name in ("TestGroup::test_in_class", "TestGroup::test_in_class_too"):
+        assert traced[name] == ("skills/a/SKILL.md", "skills/c/SKILL.md", D)
     # ...and to no test of another module
     assert all("skills/c/SKILL.md" not in (traced[name] or ())
                for name in ("test_in_process", "test_nothing", "test_listdir"))
