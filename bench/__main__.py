@@ -9,23 +9,27 @@ Parts: ``parallel`` (speed-up of 8 workers over 1, sync and async),
 ``acceptance`` (false-accept and power of this project's default policy and of
 the reference Beta policy), ``sandbox`` (per-candidate overhead per backend,
 workspace reset on 10,000 files), ``ledger`` (commit and read latency at 10,
-100 and 1,000 versions) and ``peer`` (the stub workload through this project
-and through the reference implementation ``agentdescent``, in one process).
+100 and 1,000 versions), ``peer`` (the stub workload through this project
+and through the reference implementation ``agentdescent``, in one process) and
+``selection`` (test runs per candidate of ``--evolve-select all`` and
+``reads`` on ``examples/skill-library``, against the tests an edit can reach).
 
 ``--json`` prints exactly one object on stdout, with the keys
 ``speedup_sync_8``, ``speedup_async_8``, ``false_accept``, ``power``,
 ``false_accept_reference``, ``power_reference``, ``overhead`` {backend: ratio},
 ``reset_ms_10k_files``, ``commit_ms`` {versions: ms} and ``peer`` {metric:
-{ours, reference}} (``{"error": ...}`` when the reference cannot be installed);
-a part not run, or one that failed, leaves its keys null and says why under
-``errors``.  Progress goes to stderr.  A quick run's figures only show that
-every part runs (its sandbox reset, for one, is timed on 1,000 files, not
-10,000).
+{ours, reference}} (``{"error": ...}`` when the reference cannot be installed),
+``runs_per_candidate`` {all, reads}, ``ratio_to_affected`` {all, reads} and
+``selection_misses`` (null, with "selection: skipped" on stderr, while this
+build cannot select tests by reads); a part not run, or one that failed,
+leaves its keys null and says why under ``errors``.  Progress goes to
+stderr.  A quick run's figures only show that every part runs (its sandbox
+reset, for one, is timed on 1,000 files, not 10,000).
 
 A full run (no ``--quick``, every part) writes ``bench/results/bench.json``
 (the keys above plus every part's record), updates the parts' own records
 (``parallel.json``'s ``scaled`` series, ``sandbox.json``, ``ledger.json``,
-``peer.json``) and regenerates the tables of ``docs/performance.md``.  A full
+``peer.json``, ``selection.json``) and regenerates the tables of ``docs/performance.md``.  A full
 run of some parts (``--only``) updates those parts' records and tables and
 merges them into ``bench.json``.  A quick run writes no file: its workloads
 are too small for its figures to stand for anything but "it runs".
@@ -44,7 +48,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bench import acceptance, ledger, parallel, peer, sandbox
+from bench import acceptance, ledger, parallel, peer, sandbox, selection
 from bench.compare import refresh_tables
 from bench.records import machine, publish, write_json
 
@@ -53,16 +57,17 @@ RESULTS = ROOT / "bench" / "results"
 SUMMARY = RESULTS / "bench.json"
 DOC = ROOT / "docs" / "performance.md"
 
-PARTS = ("parallel", "acceptance", "sandbox", "ledger", "peer")
+PARTS = ("parallel", "acceptance", "sandbox", "ledger", "peer", "selection")
 KEYS: dict[str, tuple[str, ...]] = {
     "parallel": ("speedup_sync_8", "speedup_async_8"),
     "acceptance": ("false_accept", "power", "false_accept_reference", "power_reference"),
     "sandbox": ("overhead", "reset_ms_10k_files"),
     "ledger": ("commit_ms",),
     "peer": ("peer",),
+    "selection": ("runs_per_candidate", "ratio_to_affected", "selection_misses"),
 }
 
-# Sizes of the full run, chosen so that all five parts finish in about 20 minutes
+# Sizes of the full run, chosen so that the first five parts finish in about 20 minutes
 # on a 2-CPU machine (the one-worker runs of the parallel part alone take ~8).
 ACCEPTANCE_TRIALS = {True: 30, False: acceptance.FULL_TRIALS}
 """Simulated candidates per cell: a full run uses the standalone record's 2,000 (and its
@@ -155,12 +160,29 @@ def run_peer(quick: bool, write: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     return {"peer": value}, record
 
 
+def run_selection(quick: bool, write: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Both ``--evolve-select`` modes on the skill-library example; skipped, with its
+    keys null, while this build has no read-based selection (issue 20)."""
+    try:
+        record = selection.run(quick)
+    except selection.SelectionMissing as exc:
+        print(f"selection: skipped: {exc}", file=sys.stderr, flush=True)
+        return {}, {"benchmark": "selection", "skipped": str(exc), "quick": quick}
+    keys = {"runs_per_candidate": record["runs_per_candidate"],
+            "ratio_to_affected": record["ratio_to_affected"],
+            "selection_misses": record["misses"]}
+    if write:
+        publish(record, selection.RESULTS, DOC, "selection-table", selection.table(record))
+    return keys, record
+
+
 RUNNERS: dict[str, Callable[[bool, bool], tuple[dict[str, Any], dict[str, Any]]]] = {
     "parallel": run_parallel,
     "acceptance": run_acceptance,
     "sandbox": run_sandbox,
     "ledger": run_ledger,
     "peer": run_peer,
+    "selection": run_selection,
 }
 
 
