@@ -51,7 +51,8 @@ class TestRecord:
     duration: float = 0.0
     phase: str = "call"
     #: What the test read under the artifact roots, as repo-relative posix paths:
-    #: files it opened or stat'ed, and directories it listed with a trailing "/".
+    #: files it (or a process it started) opened, and directories it listed with a
+    #: trailing "/".  A stat() without an open is not seen (docs/sandbox.md).
     #: None when its reads were not traced (tracing off, or the tracer failed);
     #: read-based selection always re-runs such a test.
     reads: tuple[str, ...] | None = None

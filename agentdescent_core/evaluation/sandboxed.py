@@ -43,13 +43,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import posixpath
 import stat
 import threading
 import time
 import warnings
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from agentdescent_core.artifacts.filetree import FileTree, state_hash
@@ -337,6 +338,22 @@ class SandboxedVerifier:
             return []
         return self.selection.confirm(artifact, kept, fresh)
 
+    def _repo_relative_reads(self, record: TestRecord) -> TestRecord:
+        """``record`` with its reads relative to the repository root, as states name files.
+
+        The child names them relative to the folder that holds the pytest
+        rootdir and the artifact roots (``apps/bot`` in a monorepo whose roots
+        are under it); artifact states are keyed repo-relative.
+        """
+        if not record.reads:
+            return record
+        base = posixpath.commonpath([self.subdir or ".", *self._tree.roots]) \
+            if self.subdir else ""
+        if base in ("", "."):
+            return record
+        return replace(record, reads=tuple(sorted(
+            f"{base}/{read}" for read in record.reads)))
+
     def _keep(self, artifact: str, missing: list[Key], have: dict[Key, TestRecord]
               ) -> list[Key]:
         """Fill ``have`` with evidence kept from other states; the keys still to run."""
@@ -570,6 +587,7 @@ class SandboxedVerifier:
                 violations.append(result.check.violations_error())
             outside.extend(result.outside)
             for record in outcome.records:
+                record = self._repo_relative_reads(record)
                 produced[(record.nodeid, record.repeat)] = record
                 if (record.nodeid, record.repeat) not in outcome.not_run:
                     measured.append(record)
