@@ -20,7 +20,7 @@ from agentdescent_core.artifacts.filetree import FileTree
 from agentdescent_core.evaluation.protocol import Selective, TaskSplit
 from agentdescent_core.evaluation.sandboxed import SandboxedVerifier
 from agentdescent_core.governance import FrozenSet
-from agentdescent_core.stats.policies import policy_for
+from agentdescent_core.stats.policies import Sequential, policy_for
 
 pytestmark = pytest.mark.slow
 
@@ -93,14 +93,20 @@ def test_a_candidate_reruns_only_the_tests_that_read_what_it_changes(
     assert selection.why == {A: "reads skills/a/SKILL.md"}
 
 
+def _betting() -> Sequential:
+    policy = policy_for("betting", 2)
+    assert isinstance(policy, Sequential)
+    return policy
+
+
 def test_the_acceptance_test_pairs_only_the_selected_tests(verifier: SandboxedVerifier) -> None:
     verifier.evaluate(BASE, [A, B, C], 1)
     fixed = {**BASE, "skills/a/SKILL.md": "good\n"}
-    run = run_pairs(verifier, policy_for("betting", 2), BASE, fixed, [A, B, C])
+    run = run_pairs(verifier, _betting(), BASE, fixed, [A, B, C])
     assert set(run.candidate.rewards) == {A}
     untouched = {**BASE, "skills/c/SKILL.md": "c, reworded\n"}  # test_c never opens it
     before = verifier.evaluations
-    quiet = run_pairs(verifier, policy_for("betting", 2), BASE, untouched, [A, B, C])
+    quiet = run_pairs(verifier, _betting(), BASE, untouched, [A, B, C])
     assert not quiet.decision.accept
     assert quiet.pairs == 0
     assert "no test read what it changes (skills/c/SKILL.md)" in quiet.decision.reason
