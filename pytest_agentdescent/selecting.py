@@ -57,6 +57,7 @@ class SelectionLog:
             "tests": tests,
             "candidates": len(per_candidate),
             "candidate_runs": sum(book.runs_at(state) for state in counted),
+            "confirm_runs": book.confirm_runs,
             "per_candidate": per_candidate[:SHOWN_CANDIDATES],
             "misses": [miss["test"] for miss in book.misses],
             "miss_details": list(book.misses),

@@ -119,6 +119,7 @@ def test_a_kept_result_that_a_fresh_run_contradicts_is_a_miss(
     flagged = {**BASE, "skills/c/flag": "1\n"}  # test_c only stats it: no read is recorded
     assert verifier.evaluate(flagged, [C], 1).rewards[C] == (1.0,)  # kept, and wrong
     assert verifier.confirm(flagged) == [C]
+    assert verifier.selection.confirm_runs == 1  # counted apart from judging candidates
     assert verifier.evaluate(flagged, [C], 1).rewards[C] == (0.0,)  # the fresh run now
     assert verifier.selection.misses[0]["test"] == C
     assert verifier.select_tests(BASE, flagged, [A, B, C]).why[C] == "selection miss"

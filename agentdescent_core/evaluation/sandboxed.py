@@ -334,6 +334,7 @@ class SandboxedVerifier:
             self.selection.forget_kept(artifact, keys)
             fresh: dict[Key, TestRecord] = {}
             verdict = self._run(files, artifact, self._context_hash(), sorted(kept), fresh)
+        self.selection.confirmed(artifact, len(fresh))
         if verdict is not None:
             return []
         return self.selection.confirm(artifact, kept, fresh)

@@ -168,6 +168,8 @@ class SelectionBook:
         self._runs: dict[str, int] = {}
         self.selections: list[Selection] = []
         self.misses: list[dict[str, str]] = []
+        #: Test runs that re-ran kept evidence before a promotion (:meth:`confirmed`).
+        self.confirm_runs = 0
 
     @property
     def on(self) -> bool:
@@ -254,6 +256,12 @@ class SelectionBook:
                     "kept": old.outcome, "fresh": new.outcome,
                 })
         return missed
+
+    def confirmed(self, artifact: str, runs: int) -> None:
+        """``runs`` of those counted at ``artifact`` re-ran kept evidence (not selection's)."""
+        with self._lock:
+            self._runs[artifact] = self._runs.get(artifact, 0) - runs
+            self.confirm_runs += runs
 
     def runs_at(self, artifact: str) -> int:
         with self._lock:
