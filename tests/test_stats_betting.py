@@ -224,3 +224,39 @@ def test_one_pair_that_did_not_tie_earns_the_tied_tests_their_second_look():
     test.add("b", 0.0, 0.0)
     # wealth 0.7 >= 0.5 and no task active: the tied ones get a second pair
     assert test.next_batch() == ["a", "b"]
+
+
+def test_a_round_buys_only_the_pairs_that_could_convince_and_the_rest_if_they_did_not():
+    tasks = [f"t{i}" for i in range(20)]
+    test = BettingTest(BettingPolicy(), tasks)
+    assert test.next_batch() == tasks  # the screen covers every task
+    for task in tasks:
+        test.add(task, 0.0, 1.0 if task in tasks[:10] else 0.0)
+    assert test.wealth == pytest.approx(1.3 ** 10)  # 13.8x of the 28.6x needed
+    first = test.next_batch()
+    # two wins at a stake of 0.5 take 13.8x past 28.6x: the other eight wait
+    assert len(first) == 2
+    test.add(first[0], 0.0, 1.0)
+    test.add(first[1], 1.0, 0.0)  # lost: the queued rest of the round is bought
+    rest = test.next_batch()
+    assert set(rest) <= set(tasks[:10]) - set(first)
+    assert rest
+    for task in rest:
+        test.add(task, 0.0, 1.0)
+    while batch := test.next_batch():
+        for task in batch:
+            test.add(task, 0.0, 1.0)
+    assert test.decision().accept
+
+
+def test_a_deterministic_fix_of_several_tests_stops_mid_round():
+    tasks = [f"t{i}" for i in range(6)]
+    test = BettingTest(BettingPolicy(), tasks)
+    pairs = 0
+    while batch := test.next_batch():
+        for task in batch:
+            test.add(task, 0.0, 1.0)
+            pairs += 1
+    assert test.decision().accept
+    # the screen's 6 wins give 1.3**6 = 4.8x; five more at 0.5 give 36x: 11 pairs, not 12
+    assert pairs == 11

@@ -138,6 +138,8 @@ class BettingTest:
         self.budget = max(len(ids) + policy.min_extra, math.ceil(policy.repeats * len(ids)))
         self._stop: str | None = None
         self._rescreened = False
+        #: The rest of this round's draw, bought only if the pairs before it do not convince.
+        self._queue: list[str] = []
 
     # ------------------------------------------------------------ betting
 
@@ -215,6 +217,9 @@ class BettingTest:
         if convinced and self.mean_difference() > 0.0:
             self._stop = "accept"
             return []
+        if self._queue and not convinced:
+            return self._enough(self._queue)  # the round goes on: no futility check mid-round
+        self._queue = []
         if not convinced and self.wealth < self.policy.floor:
             self._stop = "floor"
             return []
@@ -236,7 +241,26 @@ class BettingTest:
         if not ranked:
             self._stop = "exhausted"
             return []
-        return ranked[:left]
+        return self._enough(ranked[:left])
+
+    def _enough(self, draw: list[str]) -> list[str]:
+        """The head of ``draw`` that could convince the test if it won; the rest waits.
+
+        A round draws one pair on every active task, most promising first.  If
+        the first ``k`` of them winning would already take the wealth to the
+        threshold, only those ``k`` are bought now; the others stay queued and
+        are bought only if those ``k`` did not convince.  Every queued task keeps
+        the bet it was ranked with (its pairs do not change while it waits), so
+        the allocation is the round's; only the pairs after a decision are saved.
+        """
+        wealth = self.wealth
+        for count, task in enumerate(draw, start=1):
+            wealth *= 1.0 + self.bet(task)
+            if wealth >= self.threshold:
+                self._queue = draw[count:]
+                return draw[:count]
+        self._queue = []
+        return draw
 
     def _second_look(self) -> list[str]:
         """Tasks whose single pair tied, once, while the wealth says the test is still open."""

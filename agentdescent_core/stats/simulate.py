@@ -150,18 +150,27 @@ def _sequential(policy: Sequential, scenario: Scenario, nodeids: Sequence[str],
                 rng: np.random.Generator) -> tuple[bool, int, int]:
     """One candidate through a sequential policy: (accepted, candidate runs, base runs).
 
-    Base run ``i`` of a task is drawn when a pair first needs it, as the
-    aggregator's memoising verifier would run it.
+    Pair ``i`` of a task is the base's run ``i`` against the candidate's run
+    ``i``, as the aggregator's memoising verifier pairs them.  Every run a
+    trial could use is drawn up front (common random numbers), so what a pair
+    shows does not depend on how the test groups its draws into batches, and
+    two versions of a policy face the same runs.
     """
+    depth = int(getattr(policy, "task_cap", 64))
+    base = _draw(rng, scenario.base_pass, depth, scenario.noise)
+    cand = _draw(rng, scenario.candidate_pass, depth, scenario.noise)
     test = policy.open(nodeids)
     index = {t: i for i, t in enumerate(nodeids)}
+    used = [0] * len(nodeids)
     spent = 0
     while batch := test.next_batch():
-        rows = [index[t] for t in batch]
-        base = _draw(rng, [scenario.base_pass[i] for i in rows], 1, scenario.noise)[:, 0]
-        cand = _draw(rng, [scenario.candidate_pass[i] for i in rows], 1, scenario.noise)[:, 0]
-        for task, b, c in zip(batch, base.tolist(), cand.tolist(), strict=True):
-            test.add(task, b, c)
+        for task in batch:
+            row = index[task]
+            pair = used[row]
+            if pair >= depth:
+                raise RuntimeError(f"{policy.name!r} drew more than {depth} pairs on {task}")
+            used[row] += 1
+            test.add(task, float(base[row, pair]), float(cand[row, pair]))
         spent += len(batch)
     return test.decision().accept, spent, spent
 
