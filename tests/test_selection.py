@@ -22,11 +22,16 @@ def test_an_edited_file_is_touched_but_no_listing_is() -> None:
     assert touched_paths(BASE, after) == {"skills/a/SKILL.md"}
 
 
-def test_an_added_or_removed_file_touches_the_listings_of_its_directories() -> None:
+def test_an_added_or_removed_entry_touches_the_listing_of_its_directory() -> None:
     added = {**BASE, "skills/c/SKILL.md": "c"}
     assert touched_paths(BASE, added) == {"skills/c/SKILL.md", "skills/c/", "skills/"}
     removed = {k: v for k, v in BASE.items() if k != "skills/b/notes.md"}
-    assert touched_paths(BASE, removed) == {"skills/b/notes.md", "skills/b/", "skills/"}
+    assert touched_paths(BASE, removed) == {"skills/b/notes.md", "skills/b/"}
+    gone = {k: v for k, v in BASE.items() if not k.startswith("skills/b/")}
+    assert touched_paths(BASE, gone) == {"skills/b/SKILL.md", "skills/b/notes.md",
+                                         "skills/b/", "skills/"}
+    top = {**BASE, "AGENTS.md": "x"}  # a root-level file: the listing of the top folder
+    assert touched_paths(BASE, top) == {"AGENTS.md", "./"}
 
 
 def test_reaches_names_the_read_a_change_meets() -> None:

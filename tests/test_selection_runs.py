@@ -46,8 +46,12 @@ def test_b():
 
 def test_c():
     assert not os.path.exists(ROOT / "skills/c/flag")
+
+
+def test_d():
+    assert len(os.listdir(ROOT / "skills")) == 3
 '''
-A, B, C = (f"tests/test_skills.py::test_{name}" for name in "abc")
+A, B, C, D = (f"tests/test_skills.py::test_{name}" for name in "abcd")
 BASE = {"skills/a/SKILL.md": "bad\n", "skills/b/SKILL.md": "good\n",
         "skills/c/SKILL.md": "c\n"}
 
@@ -69,7 +73,7 @@ def verifier(tmp_path: Path, backend: str) -> Iterator[SandboxedVerifier]:
     user_git(repo, "commit", "--quiet", "-m", "agent")
     tree = FileTree(["skills"])
     made = SandboxedVerifier(
-        repo, user_git(repo, "rev-parse", "HEAD"), TaskSplit(train=(A, B, C)), tree=tree,
+        repo, user_git(repo, "rev-parse", "HEAD"), TaskSplit(train=(A, B, C, D)), tree=tree,
         frozen=FrozenSet(artifact_roots=tree.roots), backend=require_backend(backend),
         cache=None, test_timeout=30.0, run_timeout=120.0, pytest_args=child_pytest_args(),
         select="reads")
@@ -81,16 +85,22 @@ def verifier(tmp_path: Path, backend: str) -> Iterator[SandboxedVerifier]:
 def test_a_candidate_reruns_only_the_tests_that_read_what_it_changes(
         verifier: SandboxedVerifier) -> None:
     assert isinstance(verifier, Selective)
-    assert verifier.evaluate(BASE, [A, B, C], 1).rewards == {A: (0.0,), B: (1.0,), C: (1.0,)}
+    assert verifier.evaluate(BASE, [A, B, C, D], 1).rewards == {
+        A: (0.0,), B: (1.0,), C: (1.0,), D: (1.0,)}
     assert verifier.records(BASE, A)[0].reads == ("skills/a/SKILL.md",)
     assert verifier.records(BASE, B)[0].reads == ("skills/b/SKILL.md",)
+    assert verifier.records(BASE, D)[0].reads == ("skills/",)
     runs = verifier.evaluations
     fixed = {**BASE, "skills/a/SKILL.md": "good\n"}
-    assert verifier.evaluate(fixed, [A, B, C], 1).rewards == {A: (1.0,), B: (1.0,), C: (1.0,)}
-    assert verifier.evaluations - runs == 1  # only test_a ran; b and c kept their evidence
-    selection = verifier.select_tests(BASE, fixed, [A, B, C])
+    assert verifier.evaluate(fixed, [A, B, C, D], 1).rewards == {
+        A: (1.0,), B: (1.0,), C: (1.0,), D: (1.0,)}
+    assert verifier.evaluations - runs == 1  # only test_a ran; the others kept their evidence
+    selection = verifier.select_tests(BASE, fixed, [A, B, C, D])
     assert selection.selected == (A,)
     assert selection.why == {A: "reads skills/a/SKILL.md"}
+    grown = {**BASE, "skills/d/SKILL.md": "d\n"}  # a new skill: the listing of skills/ changes
+    assert verifier.select_tests(BASE, grown, [A, B, C, D]).why == {D: "reads skills/"}
+    assert verifier.evaluate(grown, [A, B, C, D], 1).rewards[D] == (0.0,)
 
 
 def _betting() -> Sequential:
@@ -100,13 +110,13 @@ def _betting() -> Sequential:
 
 
 def test_the_acceptance_test_pairs_only_the_selected_tests(verifier: SandboxedVerifier) -> None:
-    verifier.evaluate(BASE, [A, B, C], 1)
+    verifier.evaluate(BASE, [A, B, C, D], 1)
     fixed = {**BASE, "skills/a/SKILL.md": "good\n"}
-    run = run_pairs(verifier, _betting(), BASE, fixed, [A, B, C])
+    run = run_pairs(verifier, _betting(), BASE, fixed, [A, B, C, D])
     assert set(run.candidate.rewards) == {A}
     untouched = {**BASE, "skills/c/SKILL.md": "c, reworded\n"}  # test_c never opens it
     before = verifier.evaluations
-    quiet = run_pairs(verifier, _betting(), BASE, untouched, [A, B, C])
+    quiet = run_pairs(verifier, _betting(), BASE, untouched, [A, B, C, D])
     assert not quiet.decision.accept
     assert quiet.pairs == 0
     assert "no test read what it changes (skills/c/SKILL.md)" in quiet.decision.reason
@@ -115,12 +125,12 @@ def test_the_acceptance_test_pairs_only_the_selected_tests(verifier: SandboxedVe
 
 def test_a_kept_result_that_a_fresh_run_contradicts_is_a_miss(
         verifier: SandboxedVerifier) -> None:
-    verifier.evaluate(BASE, [A, B, C], 1)
+    verifier.evaluate(BASE, [A, B, C, D], 1)
     flagged = {**BASE, "skills/c/flag": "1\n"}  # test_c only stats it: no read is recorded
     assert verifier.evaluate(flagged, [C], 1).rewards[C] == (1.0,)  # kept, and wrong
     assert verifier.confirm(flagged) == [C]
     assert verifier.selection.confirm_runs == 1  # counted apart from judging candidates
     assert verifier.evaluate(flagged, [C], 1).rewards[C] == (0.0,)  # the fresh run now
     assert verifier.selection.misses[0]["test"] == C
-    assert verifier.select_tests(BASE, flagged, [A, B, C]).why[C] == "selection miss"
+    assert verifier.select_tests(BASE, flagged, [A, B, C, D]).why[C] == "selection miss"
     assert verifier.confirm(flagged) == []  # nothing kept any more

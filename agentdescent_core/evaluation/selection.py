@@ -27,26 +27,28 @@ from agentdescent_core.evaluation.records import TestRecord
 SELECT_MODES: tuple[str, ...] = ("reads", "all")
 
 
-def _parents(path: str) -> list[str]:
-    """Every ancestor directory of a repo-relative path, as ``dir/`` entries."""
-    parts = path.split("/")[:-1]
-    return ["/".join(parts[: i + 1]) + "/" for i in range(len(parts))]
+def _listed(files: Mapping[str, str]) -> set[str]:
+    """Every entry a listing can show in a state: its files and directories (``dir/``)."""
+    entries: set[str] = set(files)
+    for path in files:
+        parts = path.split("/")[:-1]
+        entries.update("/".join(parts[: i + 1]) + "/" for i in range(len(parts)))
+    return entries
 
 
 def touched_paths(before: Mapping[str, str], after: Mapping[str, str]) -> frozenset[str]:
     """What going from ``before`` to ``after`` changes, as a test could observe it.
 
-    Every file whose content differs, appears or disappears; for a file that
-    appears or disappears, also each of its ancestor directories (``dir/``),
-    whose listing may change.  Editing a file changes no listing.
+    Every file whose content differs, appears or disappears; and every
+    directory (``dir/``) whose listing changes: the parent of each file or
+    directory that appears or disappears.  Editing a file changes no listing,
+    and adding a file to an existing folder changes only that folder's listing.
     """
-    touched: set[str] = set()
-    for path in before.keys() | after.keys():
-        if before.get(path) == after.get(path):
-            continue
-        touched.add(path)
-        if (path in before) != (path in after):
-            touched.update(_parents(path))
+    touched: set[str] = {path for path in before.keys() | after.keys()
+                         if before.get(path) != after.get(path)}
+    for entry in _listed(before) ^ _listed(after):
+        parent = entry.rstrip("/").rpartition("/")[0]
+        touched.add(parent + "/" if parent else "./")
     return frozenset(touched)
 
 
