@@ -20,8 +20,7 @@ and through the reference implementation ``agentdescent``, in one process) and
 ``reset_ms_10k_files``, ``commit_ms`` {versions: ms} and ``peer`` {metric:
 {ours, reference}} (``{"error": ...}`` when the reference cannot be installed),
 ``runs_per_candidate`` {all, reads}, ``ratio_to_affected`` {all, reads} and
-``selection_misses`` (null, with "selection: skipped" on stderr, while this
-build cannot select tests by reads); a part not run, or one that failed,
+``selection_misses``; a part not run, or one that failed,
 leaves its keys null and says why under ``errors``.  Progress goes to
 stderr.  A quick run's figures only show that every part runs (its sandbox
 reset, for one, is timed on 1,000 files, not 10,000).
@@ -161,13 +160,8 @@ def run_peer(quick: bool, write: bool) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def run_selection(quick: bool, write: bool) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Both ``--evolve-select`` modes on the skill-library example; skipped, with its
-    keys null, while this build has no read-based selection (issue 20)."""
-    try:
-        record = selection.run(quick)
-    except selection.SelectionMissing as exc:
-        print(f"selection: skipped: {exc}", file=sys.stderr, flush=True)
-        return {}, {"benchmark": "selection", "skipped": str(exc), "quick": quick}
+    """Both ``--evolve-select`` modes on the skill-library example (issue 20)."""
+    record = selection.run(quick)
     keys = {"runs_per_candidate": record["runs_per_candidate"],
             "ratio_to_affected": record["ratio_to_affected"],
             "selection_misses": record["misses"]}

@@ -26,9 +26,8 @@ run's own affected tests per candidate} and ``misses`` (tests the reads run
 found it should have re-run).  The goal of issue 20 is a reads ratio of at
 most 1.5.  The runs count repeats: the acceptance test runs a task in pairs.
 
-A build without selection (no ``--evolve-select`` option, or a report with no
-``selection`` block) raises :class:`SelectionMissing`; ``python -m bench``
-then says "selection: skipped" on stderr and leaves the keys null.
+Runs that re-check kept results before a promotion (``confirm_runs``) are a
+cost per promotion, not per candidate, and are reported apart.
 """
 
 from __future__ import annotations
@@ -67,10 +66,6 @@ TEST_MODULE = re.compile(r"^tests/test_(?P<name>[a-z0-9_]+)\.py::")
 IGNORED = shutil.ignore_patterns("__pycache__", ".pytest_cache", ".agentdescent")
 
 
-class SelectionMissing(RuntimeError):
-    """This build has no read-based selection yet: no option, or no ``selection`` block."""
-
-
 def make_repo(path: Path) -> Path:
     """The example copied to ``path`` and committed (candidates are built from commits)."""
     shutil.copytree(EXAMPLE, path, ignore=IGNORED)
@@ -99,8 +94,6 @@ def evolve(repo: Path, mode: str, rounds: int | None = None) -> tuple[dict[str, 
     done = subprocess.run(argv, cwd=repo, env=_env(), capture_output=True, text=True,
                           timeout=TIMEOUT, check=False)
     seconds = round(time.perf_counter() - started, 1)
-    if "--evolve-select" in done.stderr and "unrecognized arguments" in done.stderr:
-        raise SelectionMissing("this build has no --evolve-select option")
     report_path = repo / ".agentdescent" / "report.json"
     if not report_path.is_file():
         raise RuntimeError(f"--evolve-select {mode} wrote no report.json (exit "
@@ -109,7 +102,7 @@ def evolve(repo: Path, mode: str, rounds: int | None = None) -> tuple[dict[str, 
     if report.get("error"):
         raise RuntimeError(f"--evolve-select {mode} ended on an error: {report['error']}")
     if not isinstance(report.get("selection"), Mapping):
-        raise SelectionMissing("report.json has no selection block")
+        raise RuntimeError(f"--evolve-select {mode}: report.json has no selection block")
     return report, seconds
 
 
@@ -143,6 +136,7 @@ def summarize(report: Mapping[str, Any], seconds: float) -> dict[str, Any]:
         "tests": block.get("tests"),
         "candidates": candidates,
         "candidate_runs": runs,
+        "confirm_runs": int(block.get("confirm_runs", 0)),
         "runs_per_candidate": round(runs / candidates, 3) if candidates else None,
         "affected_per_candidate": round(statistics.mean(reach), 3) if reach else None,
         "misses": len(block.get("misses", [])),
@@ -164,7 +158,6 @@ def run(quick: bool, *, workdir: str | os.PathLike[str] | None = None) -> dict[s
     """Both modes on a fresh copy of the example; the figures and each mode's details.
 
     ``quick`` evolves one round per mode (it shows the part runs, not the ratio).
-    Raises :class:`SelectionMissing` when this build cannot select by reads.
     """
     rounds = QUICK_ROUNDS if quick else None
     base = Path(tempfile.mkdtemp(prefix="agentdescent-bench-selection-", dir=workdir))

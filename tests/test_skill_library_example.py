@@ -6,8 +6,7 @@ it as a subprocess, every test reading only its own skill.  Here: its plain
 suite fails half its tasks; its README's dry run evolves it to full reward in
 a copy committed to a temporary git repository, leaving that repository's
 refs alone; and ``python -m bench --quick --json --only selection`` reports
-the selection keys, typed (skipped while this build writes no ``selection``
-block into report.json).  Every run works on a copy; the example's files are
+the selection keys, typed.  Every run works on a copy; the example's files are
 never edited.
 """
 
@@ -122,9 +121,6 @@ def test_bench_selection_part_reports_its_keys_typed() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--json", "--only", "selection"],
         cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
-    if "selection: skipped" in done.stderr:  # until issue 20's selection block lands
-        reason = done.stderr.split("selection: skipped:", 1)[1].splitlines()[0].strip()
-        pytest.skip(f"report.json has no selection block yet: {reason}")
     assert done.returncode == 0, done.stderr[-4000:]
     summary = json.loads(done.stdout)
     assert summary["errors"] == {}, summary["errors"]
