@@ -29,6 +29,8 @@ class SelectionLog:
         """Take the selections made since the last round; the round line's words, if any."""
         new = self._book.selections[len(self._rounds):]
         self._rounds.extend((round, selection) for selection in new)
+        for selection in new:
+            self._book.freeze(selection.candidate)
         if not new:
             return None
         ran = {task for selection in new for task in selection.selected}
@@ -42,7 +44,7 @@ class SelectionLog:
         per_candidate = []
         counted: set[str] = set()
         for round, selection in self._rounds:
-            runs = book.runs_at(selection.candidate)
+            runs = book.freeze(selection.candidate)
             counted.add(selection.candidate)
             per_candidate.append({
                 "round": round,
@@ -56,7 +58,7 @@ class SelectionLog:
             "mode": book.mode,
             "tests": tests,
             "candidates": len(per_candidate),
-            "candidate_runs": sum(book.runs_at(state) for state in counted),
+            "candidate_runs": sum(book.freeze(state) for state in counted),
             "confirm_runs": book.confirm_runs,
             "per_candidate": per_candidate[:SHOWN_CANDIDATES],
             "misses": [miss["test"] for miss in book.misses],

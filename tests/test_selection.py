@@ -114,11 +114,14 @@ def test_the_round_line_and_the_report_say_what_ran() -> None:
     book.seen("cand", {**BASE, "skills/a/SKILL.md": "a2"})
     log = SelectionLog(book)
     book.select("base", "cand", ["ta", "tb"])
+    book.ran("cand", [TestRecord("ta", "passed", 1.0, reads=("skills/a/SKILL.md",))],
+             traced=True)
     words = log.close_round(1)
     assert words == "ran 1 of 2 tests (reads)"
     assert log.close_round(2) is None  # nothing new in round 2
-    book.ran("cand", [TestRecord("ta", "passed", 1.0, reads=("skills/a/SKILL.md",))],
-             traced=True)
+    # later runs at the state (it is now the base later candidates pair against) are not
+    # what judging it cost
+    book.ran("cand", [TestRecord("tb", "passed", 1.0, repeat=1)], traced=True)
     report = log.report(tests=2)
     assert report["mode"] == "reads"
     assert report["candidates"] == 1

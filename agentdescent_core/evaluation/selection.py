@@ -168,6 +168,7 @@ class SelectionBook:
         self._touched: dict[tuple[str, str], frozenset[str]] = {}
         self._kept: dict[tuple[str, Key], str] = {}
         self._runs: dict[str, int] = {}
+        self._judged: dict[str, int] = {}
         self.selections: list[Selection] = []
         self.misses: list[dict[str, str]] = []
         #: Test runs that re-ran kept evidence before a promotion (:meth:`confirmed`).
@@ -266,5 +267,16 @@ class SelectionBook:
             self.confirm_runs += runs
 
     def runs_at(self, artifact: str) -> int:
+        """Test runs measured at ``artifact`` (kept results and confirmations not counted)."""
         with self._lock:
             return self._runs.get(artifact, 0)
+
+    def freeze(self, artifact: str) -> int:
+        """The runs ``artifact`` took to be judged, counted once its round is over.
+
+        After its round a state is only a base (its runs then are the pool later
+        candidates pair against) or the head the workers roll out on: neither is
+        what judging it cost.
+        """
+        with self._lock:
+            return self._judged.setdefault(artifact, self._runs.get(artifact, 0))
