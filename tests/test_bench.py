@@ -76,6 +76,13 @@ def test_quick_json_run_has_every_key_typed() -> None:
             assert peer["seconds_sync_8"][side] > 0
             assert _number(peer["wall_clock_ratio_sync_8"][side])
 
+    for key in ("runs_per_candidate", "ratio_to_affected"):  # read-based selection
+        assert set(summary[key]) == {"all", "reads"}, (key, summary[key])
+        assert all(_number(v) and v > 0 for v in summary[key].values()), (key, summary[key])
+    assert summary["selection_misses"] == 0
+    # reads never re-runs more than all does
+    assert summary["runs_per_candidate"]["reads"] <= summary["runs_per_candidate"]["all"]
+
     # A quick run must not overwrite the recorded full results or their tables.
     assert {path: path.read_bytes() for path in RECORDED} == before
 
