@@ -106,6 +106,19 @@ def test_evolve_dry_run_raises_the_reward_and_leaves_the_refs(tmp_path: Path) ->
         # one skill per proposal: a candidate touches one skill, two when fused
         assert all(re.fullmatch(r"skills/[a-z-]+/SKILL\.md", p) for p in verdict["paths"])
         assert len(verdict["paths"]) <= len(verdict["workers"])
+    # read-based selection (the default): each candidate re-ran exactly the tests of the
+    # skills it touched, every one of them for what it read, and no kept result was wrong
+    selection = report["selection"]
+    assert selection["mode"] == "reads"
+    assert selection["candidates"] >= 1
+    assert selection["misses"] == []
+    for entry in selection["per_candidate"]:
+        skills = {path.split("/")[1] for path in entry["touched"]}
+        reachable = {f"tests/test_{name.replace('-', '_')}.py" for name in skills}
+        assert {nodeid.split("::")[0] for nodeid in entry["selected"]} == reachable, entry
+        assert len(entry["selected"]) == 6 * len(skills), entry
+        assert all(why.startswith("reads skills/") for why in entry["why"].values()), entry
+    assert re.search(r"ran (6|12) of 60 tests \(reads\)", done.stdout), done.stdout[-4000:]
     # a dry run: no ref of the repository changed, its working tree is as it was
     assert user_git(repo, "for-each-ref", "--format=%(refname) %(objectname)") == refs_before
     assert user_git(repo, "status", "--porcelain") == ""
