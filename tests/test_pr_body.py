@@ -198,3 +198,21 @@ def test_a_session_that_found_nothing_new_does_not_hide_what_the_branch_gained()
     assert "The session that last updated this pull request" in body
     assert "| reward, all tasks | 0.400 | 0.400 |" in body
     assert "## Per-test flips (last session)" in body
+
+
+def test_the_body_says_how_candidates_were_selected_and_names_any_miss():
+    selected = {**report(), "selection": {"mode": "reads", "tests": 60, "candidates": 6,
+                                          "candidate_runs": 92, "confirm_runs": 54,
+                                          "misses": []}}
+    body = render_pr_body(selected, ledger_versions=versions(), diffstat=DIFFSTAT,
+                          review_command=REVIEW)
+    assert ("Tests re-run by read: 92 test run(s) judged 6 candidate(s) of 60 tests; 54 kept "
+            "result(s) ran again before a promotion, no selection miss.") in body
+    missed = {**selected, "selection": {**selected["selection"],
+                                        "misses": ["tests/test_a.py::test_x"]}}
+    body = render_pr_body(missed, ledger_versions=versions(), diffstat=DIFFSTAT,
+                          review_command=REVIEW)
+    assert "**1 selection miss(es)**, now always run: `tests/test_a.py::test_x`." in body
+    everything = {**selected, "selection": {**selected["selection"], "mode": "all"}}
+    assert "re-run by read" not in render_pr_body(everything, ledger_versions=versions(),
+                                                  diffstat=DIFFSTAT, review_command=REVIEW)

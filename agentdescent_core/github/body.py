@@ -165,7 +165,23 @@ def _summary(report: Mapping[str, Any], versions: Sequence[Mapping[str, Any]]) -
                    [[num(p_value), str(len(flips.get(_FIXED, []))),
                      str(len(flips.get(_BROKEN, []))), "–" if calls is None else str(calls),
                      tokens, "–" if cost is None else f"{cost:.4f}"]])
-    return lines
+    return lines + _selection(report)
+
+
+def _selection(report: Mapping[str, Any]) -> list[str]:
+    """How the session's candidates were judged when read-based selection was on."""
+    block = report.get("selection")
+    if not isinstance(block, Mapping) or block.get("mode") != "reads" \
+            or not block.get("candidates"):
+        return []
+    candidates, runs = int(block["candidates"]), int(block.get("candidate_runs") or 0)
+    misses = [str(m) for m in block.get("misses") or []]
+    line = (f"Tests re-run by read: {runs} test run(s) judged {candidates} candidate(s) of "
+            f"{block.get('tests', '?')} tests; {int(block.get('confirm_runs') or 0)} kept "
+            "result(s) ran again before a promotion")
+    line += ", no selection miss." if not misses else (
+        f"; **{len(misses)} selection miss(es)**, now always run: {_names(misses, 5)}.")
+    return ["", line]
 
 
 def _verdict(before: object, after: object) -> str:
