@@ -50,8 +50,13 @@ def test_c():
 
 def test_d():
     assert len(os.listdir(ROOT / "skills")) == 3
+
+
+def test_e():
+    if os.path.exists(ROOT / "skills/c/evil"):  # a stat: no tracer sees it
+        (ROOT / "tests" / "test_skills.py").write_text("# gone\\n")
 '''
-A, B, C, D = (f"tests/test_skills.py::test_{name}" for name in "abcd")
+A, B, C, D, E = (f"tests/test_skills.py::test_{name}" for name in "abcde")
 BASE = {"skills/a/SKILL.md": "bad\n", "skills/b/SKILL.md": "good\n",
         "skills/c/SKILL.md": "c\n"}
 
@@ -73,7 +78,7 @@ def verifier(tmp_path: Path, backend: str) -> Iterator[SandboxedVerifier]:
     user_git(repo, "commit", "--quiet", "-m", "agent")
     tree = FileTree(["skills"])
     made = SandboxedVerifier(
-        repo, user_git(repo, "rev-parse", "HEAD"), TaskSplit(train=(A, B, C, D)), tree=tree,
+        repo, user_git(repo, "rev-parse", "HEAD"), TaskSplit(train=(A, B, C, D, E)), tree=tree,
         frozen=FrozenSet(artifact_roots=tree.roots), backend=require_backend(backend),
         cache=None, test_timeout=30.0, run_timeout=120.0, pytest_args=child_pytest_args(),
         select="reads")
@@ -134,3 +139,15 @@ def test_a_kept_result_that_a_fresh_run_contradicts_is_a_miss(
     assert verifier.selection.misses[0]["test"] == C
     assert verifier.select_tests(BASE, flagged, [A, B, C, D]).why[C] == "selection miss"
     assert verifier.confirm(flagged) == []  # nothing kept any more
+
+
+def test_a_kept_result_whose_fresh_run_writes_a_frozen_file_rules_the_state_out(
+        verifier: SandboxedVerifier) -> None:
+    verifier.evaluate(BASE, [E], 1)
+    evil = {**BASE, "skills/c/evil": "1\n"}
+    assert verifier.evaluate(evil, [E], 1).rewards[E] == (1.0,)  # kept: nothing ran
+    assert verifier.disqualification(evil) is None
+    verifier.confirm(evil)
+    refusal = verifier.disqualification(evil)
+    assert refusal is not None
+    assert refusal.category == "frozen-violation"

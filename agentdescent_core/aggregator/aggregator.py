@@ -31,7 +31,7 @@ from agentdescent_core.aggregator.hooks import check_overrides
 from agentdescent_core.aggregator.pipeline import Firing
 from agentdescent_core.aggregator.store import ArtifactStore
 from agentdescent_core.errors import ContractError
-from agentdescent_core.evaluation.protocol import Selective, Verifier
+from agentdescent_core.evaluation.protocol import Disqualifying, Selective, Verifier
 from agentdescent_core.evidence import EvidenceCard, MergeOutcome, MergeReport
 from agentdescent_core.ledger.ledger import PromoteResult
 from agentdescent_core.staleness import StalenessPolicy, get_policy
@@ -257,9 +257,13 @@ class Aggregator:
         if self.store.ledger.head("dev") == self.store.ledger.head("stable"):
             return None
         if isinstance(self.verifier, Selective):
-            # Before stable moves, the evidence dev kept without running is run for real.
+            # Before stable moves, the evidence dev kept without running is run for real;
+            # a head those runs rule out (a frozen file written, tamper) is not promoted.
             _v, _s, dev = self.store.head()
             self.verifier.confirm(dev)
+            if isinstance(self.verifier, Disqualifying) \
+                    and self.verifier.disqualification(dev) is not None:
+                return None
         result = self.store.promote()
         if result.moved:
             self.promotions.append(result)
