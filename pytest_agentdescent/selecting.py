@@ -42,10 +42,9 @@ class SelectionLog:
         self.close_round(0)  # selections after the last round (promotion) count as round 0
         book = self._book
         per_candidate = []
-        counted: set[str] = set()
+        runs_of: dict[str, int] = {}  # a state judged twice (a fused union re-tested) counts once
         for round, selection in self._rounds:
-            runs = book.freeze(selection.candidate)
-            counted.add(selection.candidate)
+            runs = runs_of[selection.candidate] = book.freeze(selection.candidate)
             per_candidate.append({
                 "round": round,
                 "candidate": selection.candidate[:12],
@@ -58,7 +57,7 @@ class SelectionLog:
             "mode": book.mode,
             "tests": tests,
             "candidates": len(per_candidate),
-            "candidate_runs": sum(book.freeze(state) for state in counted),
+            "candidate_runs": sum(runs_of.values()),
             "confirm_runs": book.confirm_runs,
             "per_candidate": per_candidate[:SHOWN_CANDIDATES],
             "misses": [miss["test"] for miss in book.misses],

@@ -184,6 +184,10 @@ class SandboxedVerifier:
         self._split = split
         self._known = frozenset(split.all_tasks)
         self._tree = tree
+        # Where the child's read paths start, relative to the repository root: the
+        # folder holding the rootdir and the roots ("apps/bot" in a monorepo), else "".
+        common = posixpath.commonpath([self.subdir, *tree.roots]) if self.subdir else ""
+        self._reads_base = "" if common in ("", ".") else common
         self._frozen = frozen
         self._parent = workspace_parent
         self._eval_concurrency = eval_concurrency
@@ -346,12 +350,9 @@ class SandboxedVerifier:
         rootdir and the artifact roots (``apps/bot`` in a monorepo whose roots
         are under it); artifact states are keyed repo-relative.
         """
-        if not record.reads:
+        if not record.reads or not self._reads_base:
             return record
-        base = posixpath.commonpath([self.subdir or ".", *self._tree.roots]) \
-            if self.subdir else ""
-        if base in ("", "."):
-            return record
+        base = self._reads_base
         return replace(record, reads=tuple(sorted(
             f"{base}/{read}" for read in record.reads)))
 
