@@ -281,7 +281,8 @@ def environment_differences(here: Mapping[str, Any], there: object,
     "the bwrap backend is not usable there (...)"); an empty list is a match.
     """
     if isinstance(there, BaseException):
-        return [f"its environment cannot be read ({type(there).__name__}: {there})"]
+        first = str(there).strip().splitlines()[0] if str(there).strip() else ""
+        return [f"its environment cannot be read ({type(there).__name__}: {first})"]
     if not isinstance(there, Mapping):
         return [f"its environment reads as {type(there).__name__}"]
     found = []

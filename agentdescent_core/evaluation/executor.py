@@ -73,6 +73,8 @@ class ExecutorSpec:
     engine: str
     address: str = ""
     workers: int = DEFAULT_LOCAL_WORKERS
+    #: The value as the user wrote it (what messages show).
+    given: str = ""
 
     @property
     def is_local(self) -> bool:
@@ -84,7 +86,7 @@ class ExecutorSpec:
         return not self.is_local and not self.address
 
     def __str__(self) -> str:
-        return LOCAL if self.is_local else f"{self.engine}://{self.address}"
+        return self.given or (LOCAL if self.is_local else f"{self.engine}://{self.address}")
 
 
 def parse_executor(text: str) -> ExecutorSpec:
@@ -107,7 +109,7 @@ def parse_executor(text: str) -> ExecutorSpec:
         address = f"tcp://{address}"
     if any(ch.isspace() for ch in address):
         raise ValueError(f"{value!r}: the address may not contain spaces")
-    return ExecutorSpec(engine, address)
+    return ExecutorSpec(engine, address, given=value)
 
 
 class Executor(Protocol):
