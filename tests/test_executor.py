@@ -9,7 +9,8 @@ git or the sandbox is replaced:
 * a worker process killed while it runs a chunk: the chunk runs again on
   another worker, once, and the run finishes with the right rewards;
 * an address where no scheduler listens: the run does not start, and the
-  error names the address;
+  error names the address; a scheduler that dies during the run stops it with
+  an error naming the address, and the same command resumes it;
 * a worker that cannot run the chosen sandbox backend (or runs another
   Python): refused at connection time, naming the worker and what differs;
 * a worker whose replies are altered after signing: every such reply is
@@ -82,10 +83,12 @@ def test_slow(n):
 TASKS = tuple(f"tests/test_slow.py::test_slow[{n}]" for n in range(4))
 
 
-def slow_repo(path: Path, sleep: float) -> str:
+def slow_repo(path: Path, sleep: float, conftest: str = "") -> str:
     """A committed repository whose four tasks each sleep ``sleep`` s; half of them pass."""
     user_git(path.parent, "init", "--quiet", "--initial-branch=main", path.name)
     write(path / "pytest.ini", "[pytest]\ntestpaths = tests\n")
+    if conftest:
+        write(path / "conftest.py", conftest)
     write(path / "skills/s/rules.md", "even\n")
     write(path / "tests/test_slow.py", SLOW_TESTS.replace("SLEEP", repr(sleep)))
     user_git(path, "add", "-A")
@@ -238,6 +241,55 @@ def test_an_unreachable_scheduler_stops_the_run_naming_the_address(tmp_path: Pat
     assert f"cannot reach the Dask scheduler at tcp://{address}" in out
     assert "dask worker" in out, "the message says what to start"
     assert user_git(repo, "branch", "--list", "agentdescent/*") == "", "nothing was created"
+
+
+KILLING_PROPOSER = """\
+import os
+import signal
+
+
+def pytest_evolve_propose(context):
+    victim = os.environ.get("KILL_BEFORE_PROPOSING")
+    if victim:
+        os.kill(int(victim), signal.SIGKILL)  # the scheduler dies in the middle of round 1
+    return {"skills/s/rules.md": "even odd\\n"}
+"""
+
+
+@pytest.mark.slow
+def test_a_lost_scheduler_stops_the_run_which_then_resumes(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    slow_repo(repo, sleep=0, conftest=KILLING_PROPOSER)
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    scheduler = subprocess.Popen(
+        [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
+         "--port", str(port), "--no-dashboard"],
+        env=environ(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "2",
+         "--no-dashboard", "--host", "127.0.0.1"],
+        env=environ(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        args = ("--evolve-rounds", "1", "--evolve-repeats", "1", "--evolve-workers", "1")
+        code, out = finished(evolve(repo, *args, "--evolve-executor", f"dask://127.0.0.1:{port}",
+                                    env=environ(KILL_BEFORE_PROPOSING=str(scheduler.pid),
+                                                DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT="2s")))
+    finally:
+        for process in (scheduler, worker):
+            process.kill()
+            process.wait(timeout=30)
+    assert code == 1, out[-4000:]
+    error = report_of(repo)["error"]
+    assert error.startswith(f"ClusterLost: the evaluation cluster at {address} stopped"), error
+    assert "run the same command to resume it" in error
+    # The run stayed unfinished: the same arguments on the local pool pick it up.
+    code, out = finished(evolve(repo, *args))
+    assert code == 0, out[-4000:]
+    assert "run       resuming run-" in out, out[-3000:]
+    report = report_of(repo)
+    assert report["error"] is None
+    assert report["reward_after"] == 1.0
 
 
 @pytest.fixture

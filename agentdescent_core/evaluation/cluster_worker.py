@@ -179,7 +179,22 @@ def _release(setup: JobSetup, workspace: Workspace) -> None:
 def run_chunk(setup: JobSetup, bundle: FrozenBundle, job_id: str, key: bytes,
               state: Mapping[str, str], plan: Mapping[str, tuple[int, int]],
               seconds: float) -> tuple[str, str]:
-    """Run one chunk here and return its reply sealed with ``key`` (see the module docstring)."""
+    """Run one chunk here and return its reply sealed with ``key`` (see the module docstring).
+
+    A failure of this machine (git, the disk) comes back as a BackendError
+    naming the worker, never as an OSError the controller would take for a
+    lost connection.
+    """
+    try:
+        return _run_chunk(setup, bundle, job_id, key, state, plan, seconds)
+    except OSError as exc:
+        raise BackendError(f"worker {_worker_name()} could not run a chunk: "
+                           f"{type(exc).__name__}: {exc}") from None
+
+
+def _run_chunk(setup: JobSetup, bundle: FrozenBundle, job_id: str, key: bytes,
+               state: Mapping[str, str], plan: Mapping[str, tuple[int, int]],
+               seconds: float) -> tuple[str, str]:
     from agentdescent_core.evaluation.sandboxed import _without_empty_dirs
     from agentdescent_core.sandbox.select import get_backend
 

@@ -73,6 +73,7 @@ class DaskExecutor:
         self._scattered: dict[str, Any] = {}
         self._counts = {"remote_chunks": 0, "remote_retries": 0, "rejected_replies": 0}
         self._jobs = 0
+        self._lost: ClusterLost | None = None
 
     # ---------------------------------------------------------------- connection
 
@@ -170,12 +171,19 @@ class DaskExecutor:
         """One checked reply per request, in order (see the module docstring for faults)."""
         from distributed import wait
 
+        if self._lost is not None:
+            raise self._lost  # asked again after the cluster went: no new wait for it
+        try:
+            return self._run(setup, bundle, requests, wait)
+        except _LOST as exc:  # the scheduler went: every future was cancelled
+            self._lost = ClusterLost(self.address, _first_line(exc))
+            raise self._lost from None
+
+    def _run(self, setup: JobSetup, bundle: FrozenBundle, requests: Sequence[ChunkRequest],
+             wait: Any) -> list[ChunkReply]:
         shipped = self._bundle(bundle)
         jobs = [self._submit(setup, shipped, request) for request in requests]
-        try:
-            wait([future for _job, future in jobs])  # type: ignore[no-untyped-call]
-        except (OSError, TimeoutError) as exc:
-            raise ClusterLost(self.address, f"{type(exc).__name__}: {exc}") from None
+        wait([future for _job, future in jobs])
         replies = []
         for request, (job_id, future) in zip(requests, jobs, strict=True):
             replies.append(self._collect(setup, shipped, request, job_id, future))
@@ -185,10 +193,7 @@ class DaskExecutor:
         with self._lock:
             shipped = self._scattered.get(bundle.frozen_hash)
         if shipped is None:
-            try:
-                shipped = self._client.scatter(bundle, broadcast=True, hash=False)
-            except (OSError, TimeoutError) as exc:
-                raise ClusterLost(self.address, f"{type(exc).__name__}: {exc}") from None
+            shipped = self._client.scatter(bundle, broadcast=True, hash=False)
             with self._lock:
                 shipped = self._scattered.setdefault(bundle.frozen_hash, shipped)
         return shipped
@@ -222,7 +227,6 @@ class DaskExecutor:
                         f"a chunk was lost twice: the workers running it died ({exc}); the "
                         f"cluster at {self.address} is losing workers (memory, OOM killer)"
                     ) from None
-                problem = None
             except ReplyRejected as exc:
                 with self._lock:
                     self._counts["rejected_replies"] += 1
@@ -230,10 +234,6 @@ class DaskExecutor:
                     raise RunStopped("ReplyRejected", f"{exc}; it happened twice, so a worker "
                                      "of the cluster or the network to it rewrites results: "
                                      "the run stops") from None
-                problem = exc
-            except (concurrent.futures.CancelledError, OSError, TimeoutError) as exc:
-                raise ClusterLost(self.address, f"{type(exc).__name__}: {exc}") from None
-            del problem
             retried = True
             with self._lock:
                 self._counts["remote_retries"] += 1
@@ -262,15 +262,26 @@ class DaskExecutor:
         client, cluster = self._client, self._cluster
         self._scattered.clear()
         if client is not None:
-            if cluster is None:
+            if cluster is None and self._lost is None:
                 from agentdescent_core.evaluation.cluster_worker import close_workspaces
 
-                with contextlib.suppress(OSError, TimeoutError):
+                # Best effort: a worker that cannot clean up keeps temporary files, no more.
+                with contextlib.suppress(Exception):
                     client.run(close_workspaces, on_error="ignore")
-            client.close()
+            with contextlib.suppress(Exception):  # a client whose scheduler is gone
+                client.close(timeout=5)
         if cluster is not None:
             cluster.close()
         self._client = self._cluster = None
+
+
+#: What a client raises once its scheduler is gone (connection closed, futures cancelled).
+_LOST = (OSError, TimeoutError, concurrent.futures.CancelledError)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 def environment_differences(here: Mapping[str, Any], there: object,
