@@ -127,7 +127,7 @@ def _measure(repo: Path, head: str, tasks: Sequence[str], *, workers: int, repea
 
 def run(quick: bool) -> dict[str, Any]:
     """Measure every configuration; the record :func:`table` shows."""
-    import distributed
+    from importlib.metadata import version
 
     work = QUICK if quick else FULL
     with tempfile.TemporaryDirectory(prefix="agentdescent-bench-cluster-") as folder:
@@ -144,7 +144,7 @@ def run(quick: bool) -> dict[str, Any]:
         "benchmark": "cluster",
         "command": "python -m bench --only cluster",
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": machine(distributed=distributed.__version__),
+        "machine": machine(distributed=version("distributed")),
         "workload": {"tests": work.tests, "repeats": work.repeats, "rounds": work.rounds,
                      "sleep_s": 0.1, "backend": "local", "cpus": os.cpu_count()},
         "quick": quick,
