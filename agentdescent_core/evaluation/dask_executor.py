@@ -242,16 +242,23 @@ class DaskExecutor:
     # ---------------------------------------------------------------- the rest
 
     def describe(self) -> str:
-        workers = len(self._client.scheduler_info(n_workers=-1).get("workers", {})) \
-            if self._client is not None else 0
+        workers = len(self._workers())
         where = "embedded local cluster" if self.spec.embedded else "cluster"
         return f"executor: dask {where} at {self.address} ({workers} workers)"
 
     def slots(self) -> int:
         """Chunks the cluster runs at once: the threads of its workers (at least 1)."""
-        info = self._client.scheduler_info(n_workers=-1) if self._client is not None else {}
-        workers = info.get("workers", {})
-        return max(1, sum(int(w.get("nthreads", 1)) for w in workers.values()))
+        return max(1, sum(int(w.get("nthreads", 1)) for w in self._workers().values()))
+
+    def _workers(self) -> dict[str, Any]:
+        """The scheduler's workers: address -> what it says of each (``nthreads``, ...)."""
+        if self._client is None:
+            return {}
+        try:  # newer Dask lists only a few workers unless asked for all
+            info = self._client.scheduler_info(n_workers=-1)
+        except TypeError:
+            info = self._client.scheduler_info()
+        return dict(info.get("workers", {}))
 
     def usage(self) -> Mapping[str, int]:
         with self._lock:

@@ -255,7 +255,17 @@ def open_reply(sealed: object, *, key: bytes, job_id: str, frozen_hash: str,
 
 
 def worker_tmp(name: str) -> Path:
-    """A directory of this machine's temporary directory private to this user (made on demand)."""
-    path = Path(tempfile.gettempdir()) / f"{name}-{os.getuid() if hasattr(os, 'getuid') else 0}"
+    """A directory of this machine's temporary directory private to this user (made on demand).
+
+    One that exists but belongs to someone else, or that others may write, is
+    refused: a frozen tree cached there could have been planted.
+    """
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    path = Path(tempfile.gettempdir()) / f"{name}-{uid}"
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = path.lstat()
+    if hasattr(os, "getuid") and (info.st_uid != uid or info.st_mode & 0o022
+                                  or path.is_symlink()):
+        raise OSError(f"{path} is not a private directory of this user (owner {info.st_uid}, "
+                      f"mode {oct(info.st_mode & 0o777)}); remove it and run again")
     return path
