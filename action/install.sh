@@ -18,9 +18,10 @@ if [ -x "$venv/bin/python" ]; then
 else
   python="$venv/Scripts/python.exe"
 fi
-# [all]: the model SDKs and the docker SDK are extras; the Action offers every model and sandbox
+# [all]: the model SDKs, the docker SDK and Dask are extras; the Action offers every model,
+# sandbox and executor
 "$python" -m pip install --disable-pip-version-check --quiet "${GITHUB_ACTION_PATH:?GITHUB_ACTION_PATH is not set}[all]"
-"$python" -c "import pytest_agentdescent.cli, anthropic, openai, docker"
+"$python" -c "import pytest_agentdescent.cli, anthropic, openai, docker, distributed"
 echo "::endgroup::"
 echo "python=$python" >> "${GITHUB_OUTPUT:?GITHUB_OUTPUT is not set}"
 echo "installed pytest-agentdescent into $venv" >&2

@@ -79,6 +79,8 @@ def evolve_command() -> list[str]:
     extra: list[str] = []
     if _env("BRANCH_PREFIX"):
         extra += ["--evolve-branch-prefix", _env("BRANCH_PREFIX")]
+    if _env("EXECUTOR"):
+        extra += ["--evolve-executor", _env("EXECUTOR")]
     return [*command, "--", *extra, *_pytest_args()]
 
 

@@ -44,6 +44,7 @@ __all__ = [
     "RefUpdateFailed",
     "RefusalError",
     "RetryableStepError",
+    "RunInterrupted",
     "RunRefused",
     "RunStopped",
     "RunStoreError",
@@ -116,6 +117,16 @@ class RunStopped(ContractError):
     @property
     def error(self) -> str:
         return f"{self.kind}: {self}"
+
+
+class RunInterrupted(RunStopped):
+    """The run must stop now but stays unfinished, so the same command resumes it.
+
+    Like Ctrl-C: the loop kernel records no failure for it (the run keeps its
+    ``running`` status and its recorded rounds), and the controller reports the
+    error.  Raised when something the run needs is gone for now, such as the
+    evaluation cluster of ``--evolve-executor``.
+    """
 
 
 class BackendError(AgentDescentError):

@@ -1,7 +1,7 @@
 """The optional dependencies (pip extras) and the one check that asks for them.
 
 The base install runs the offline path (hook proposers, the ``local`` and
-``bwrap`` sandboxes).  The model SDKs and the docker SDK are extras, so a
+``bwrap`` sandboxes).  The model SDKs, the docker SDK and Dask distributed are extras, so a
 module that needs one imports it where it builds its client, after
 :func:`require_extra` has turned an absent package into a
 :class:`~agentdescent_core.errors.MissingExtra` naming the ``pip install`` to
@@ -15,13 +15,14 @@ from typing import Literal
 
 from agentdescent_core.errors import MissingExtra
 
-Extra = Literal["anthropic", "openai", "docker"]
+Extra = Literal["anthropic", "openai", "docker", "dask"]
 
 #: extra -> (the module it provides, what it is called in messages)
 EXTRAS: dict[str, tuple[str, str]] = {
     "anthropic": ("anthropic", "the anthropic SDK"),
     "openai": ("openai", "the openai SDK"),
     "docker": ("docker", "the docker SDK"),
+    "dask": ("distributed", "Dask distributed"),
 }
 
 

@@ -12,15 +12,19 @@ workspace reset on 10,000 files), ``ledger`` (commit and read latency at 10,
 100 and 1,000 versions), ``peer`` (the stub workload through this project
 and through the reference implementation ``agentdescent``, in one process) and
 ``selection`` (test runs per candidate of ``--evolve-select all`` and
-``reads`` on ``examples/skill-library``, against the tests an edit can reach).
+``reads`` on ``examples/skill-library``, against the tests an edit can reach) and
+``cluster`` (evaluations per second on an embedded Dask cluster of 1, 2 and 4
+workers against the local pool, 100 ms I/O-bound tests; issue 21).
 
 ``--json`` prints exactly one object on stdout, with the keys
 ``speedup_sync_8``, ``speedup_async_8``, ``false_accept``, ``power``,
 ``false_accept_reference``, ``power_reference``, ``overhead`` {backend: ratio},
 ``reset_ms_10k_files``, ``commit_ms`` {versions: ms} and ``peer`` {metric:
 {ours, reference}} (``{"error": ...}`` when the reference cannot be installed),
-``runs_per_candidate`` {all, reads}, ``ratio_to_affected`` {all, reads} and
-``selection_misses``; a part not run, or one that failed,
+``runs_per_candidate`` {all, reads}, ``ratio_to_affected`` {all, reads},
+``selection_misses``, ``cluster_throughput`` {workers: evaluations per second}
+and ``cluster_overhead_ms`` {workers: ms per evaluation against the local
+pool}; a part not run, or one that failed,
 leaves its keys null and says why under ``errors``.  Progress goes to
 stderr.  A quick run's figures only show that every part runs (its sandbox
 reset, for one, is timed on 1,000 files, not 10,000).
@@ -28,7 +32,8 @@ reset, for one, is timed on 1,000 files, not 10,000).
 A full run (no ``--quick``, every part) writes ``bench/results/bench.json``
 (the keys above plus every part's record), updates the parts' own records
 (``parallel.json``'s ``scaled`` series, ``sandbox.json``, ``ledger.json``,
-``peer.json``, ``selection.json``) and regenerates the tables of ``docs/performance.md``.  A full
+``peer.json``, ``selection.json``, ``cluster.json``) and regenerates the tables
+of ``docs/performance.md``.  A full
 run of some parts (``--only``) updates those parts' records and tables and
 merges them into ``bench.json``.  A quick run writes no file: its workloads
 are too small for its figures to stand for anything but "it runs".
@@ -47,7 +52,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bench import acceptance, ledger, parallel, peer, sandbox, selection
+from bench import acceptance, cluster, ledger, parallel, peer, sandbox, selection
 from bench.compare import refresh_tables
 from bench.records import machine, publish, write_json
 
@@ -56,7 +61,7 @@ RESULTS = ROOT / "bench" / "results"
 SUMMARY = RESULTS / "bench.json"
 DOC = ROOT / "docs" / "performance.md"
 
-PARTS = ("parallel", "acceptance", "sandbox", "ledger", "peer", "selection")
+PARTS = ("parallel", "acceptance", "sandbox", "ledger", "peer", "selection", "cluster")
 KEYS: dict[str, tuple[str, ...]] = {
     "parallel": ("speedup_sync_8", "speedup_async_8"),
     "acceptance": ("false_accept", "power", "false_accept_reference", "power_reference"),
@@ -64,6 +69,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "ledger": ("commit_ms",),
     "peer": ("peer",),
     "selection": ("runs_per_candidate", "ratio_to_affected", "selection_misses"),
+    "cluster": ("cluster_throughput", "cluster_overhead_ms"),
 }
 
 # Sizes of the full run, chosen so that the first five parts finish in about 20 minutes
@@ -170,6 +176,16 @@ def run_selection(quick: bool, write: bool) -> tuple[dict[str, Any], dict[str, A
     return keys, record
 
 
+def run_cluster(quick: bool, write: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Evaluation throughput on an embedded Dask cluster against the local pool (issue 21)."""
+    record = cluster.run(quick)
+    keys = {"cluster_throughput": record["cluster_throughput"],
+            "cluster_overhead_ms": record["cluster_overhead_ms"]}
+    if write:
+        publish(record, cluster.RESULTS, cluster.DOC, "cluster-table", cluster.table(record))
+    return keys, record
+
+
 RUNNERS: dict[str, Callable[[bool, bool], tuple[dict[str, Any], dict[str, Any]]]] = {
     "parallel": run_parallel,
     "acceptance": run_acceptance,
@@ -177,6 +193,7 @@ RUNNERS: dict[str, Callable[[bool, bool], tuple[dict[str, Any], dict[str, Any]]]
     "ledger": run_ledger,
     "peer": run_peer,
     "selection": run_selection,
+    "cluster": run_cluster,
 }
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from agentdescent_core.artifacts.filetree import FileTree
     from agentdescent_core.evaluation.cache import EvalCache
+    from agentdescent_core.evaluation.executor import Executor
     from agentdescent_core.evaluation.protocol import TaskSplit
     from agentdescent_core.evaluation.sandboxed import SandboxedVerifier
     from agentdescent_core.governance import FrozenSet
@@ -78,12 +79,14 @@ def open_verifier(repo: Path, base: str, split: TaskSplit, *, tree: FileTree,
                   frozen: FrozenSet, backend: Backend, cache: EvalCache | None,
                   env_allow: Sequence[str], network: str, test_timeout: float,
                   eval_concurrency: int, subdir: str, pytest_args: Sequence[str] = (),
-                  select: str = "all") -> tuple[SandboxedVerifier, list[str]]:
+                  select: str = "all", executor: Executor | None = None
+                  ) -> tuple[SandboxedVerifier, list[str]]:
     """A SandboxedVerifier at ``base`` and the warnings it gave while setting up.
 
     ``pytest_args`` go to every child's command line (:func:`plugin_args` of
     the user's).  ``select`` is ``reads`` for ``pytest --evolve``'s read-based
     selection; ``agentdescent review`` keeps ``all``: a review runs the full suite.
+    ``executor`` runs the children on a cluster (:func:`open_cluster`), None here.
     SandboxSetupError and ValueError propagate for the caller
     to word.
     """
@@ -95,6 +98,28 @@ def open_verifier(repo: Path, base: str, split: TaskSplit, *, tree: FileTree,
             repo, base, split, tree=tree, frozen=frozen, backend=backend, cache=cache,
             env_allow=tuple(env_allow), network=network,  # type: ignore[arg-type]
             test_timeout=test_timeout, eval_concurrency=eval_concurrency, subdir=subdir,
-            pytest_args=tuple(pytest_args), select=select,
+            pytest_args=tuple(pytest_args), select=select, executor=executor,
         )
     return verifier, [str(w.message) for w in caught]
+
+
+def open_cluster(spec: str, backend: Backend, *, option: str) -> Executor | None:
+    """The executor ``spec`` names, connected and checked; None for ``local``.
+
+    Connected before anything of the run changes (no ref is created when the
+    cluster cannot be reached).  ValueError (a missing extra, an unreachable
+    scheduler, a worker that differs from this machine) names ``option``, the
+    address and what to do.
+    """
+    from agentdescent_core.errors import MissingExtra
+    from agentdescent_core.evaluation.executor import ExecutorError, open_executor, parse_executor
+
+    parsed = parse_executor(spec)
+    if parsed.is_local:
+        return None
+    try:
+        return open_executor(parsed, backend=backend.name)
+    except MissingExtra as exc:
+        raise ValueError(f"{option} {spec} needs {exc.what}: {exc.pip_command}") from None
+    except ExecutorError as exc:
+        raise ValueError(str(exc)) from None

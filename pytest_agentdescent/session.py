@@ -51,6 +51,7 @@ from pytest_agentdescent.terminal import (
 if TYPE_CHECKING:
     from agentdescent_core.artifacts.filetree import FileTree
     from agentdescent_core.evaluation.cache import EvalCache
+    from agentdescent_core.evaluation.executor import Executor
     from agentdescent_core.evaluation.sandboxed import SandboxedVerifier
     from agentdescent_core.ledger.ledger import Ledger
     from agentdescent_core.loop.result import EvolutionResult, RoundInfo
@@ -155,6 +156,9 @@ class EvolveSession:
         except RefusalError as exc:
             raise pytest.UsageError(f"pytest --evolve cannot load the artifact: {exc}") from None
         with contextlib.ExitStack() as opened:
+            executor = self._executor(backend)  # before anything of the run changes
+            if executor is not None:
+                opened.callback(executor.close)
             run_state = RunState.open(state_dir, repo_root=plan.layout.root,
                                       prefix=settings.branch_prefix, dry_run=settings.dry_run)
             opened.callback(run_state.close)
@@ -182,15 +186,19 @@ class EvolveSession:
                 initial = ledger.read_state(ledger.head("dev"))
             except (RefusalError, EvalCacheError) as exc:
                 raise pytest.UsageError(f"pytest --evolve cannot start: {exc}") from None
-            verifier = self._verifier(plan, tree, base, backend, cache)
+            verifier = self._verifier(plan, tree, base, backend, cache, executor)
             opened.callback(verifier.close)
             self._out.sep(_TITLE)
             self._proposer = _proposer_line(implementations, self._model)
-            self._out.lines(header_lines(
+            header = header_lines(
                 plan, files=len(initial), sandbox=describe_backend(backend, settings.network),
                 proposer=self._proposer,
                 base=head_name(plan.layout.root, base), ledger=ledger_line,
-            ))
+            )
+            if executor is not None:
+                header.insert(header.index(describe_backend(backend, settings.network)) + 1,
+                              executor.describe())
+            self._out.lines(header)
             for note in [*plan.notes, *self.warnings]:
                 self._out.line(f"warning: {note}", yellow=True)
             self._shown = len(self.warnings)
@@ -324,6 +332,7 @@ class EvolveSession:
             "sandbox": sandbox,
             "proposer": self._proposer,
             "network": settings.network,
+            "executor": settings.executor,
             "repeats": settings.repeats,
             "seed": settings.seed,
             "max_usd": settings.max_usd,
@@ -440,8 +449,17 @@ class EvolveSession:
             line = f"ledger: created {', '.join(branches.created)} at the base"
         return ledger, branches.base, line, tuple(branches.created)
 
+    def _executor(self, backend: Backend) -> Executor | None:
+        """The cluster of ``--evolve-executor`` (None for ``local``), or UsageError saying why."""
+        from pytest_agentdescent.sandboxing import open_cluster
+
+        try:
+            return open_cluster(self.settings.executor, backend, option="--evolve-executor")
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
+
     def _verifier(self, plan: EvolvePlan, tree: FileTree, base: str, backend: Backend,
-                  cache: EvalCache) -> SandboxedVerifier:
+                  cache: EvalCache, executor: Executor | None = None) -> SandboxedVerifier:
         from agentdescent_core.sandbox.local import SandboxSetupError
         from pytest_agentdescent.sandboxing import open_verifier, plugin_args
 
@@ -453,7 +471,7 @@ class EvolveSession:
                 network=settings.network, test_timeout=settings.test_timeout,
                 eval_concurrency=settings.eval_concurrency, subdir=plan.layout.subdir,
                 pytest_args=plugin_args(self.config.invocation_params.args, os.environ),
-                select=settings.select,
+                select=settings.select, executor=executor,
             )
         except SandboxSetupError as exc:
             raise pytest.UsageError(str(exc)) from None

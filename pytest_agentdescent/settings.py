@@ -108,6 +108,7 @@ class EvolveSettings:
     tasks: str | None = None
     baseline_repeats: int | None = None
     select: str = "reads"
+    executor: str = "local"
 
     @property
     def enabled(self) -> bool:
@@ -278,6 +279,15 @@ def _guardrails(raw: object) -> str:
     words = ["secrets", *(["pii"] if spec.pii else []),
              *([f"scripts={spec.scripts}"] if spec.scripts else [])]
     return " ".join(words)
+
+
+def _executor(raw: object) -> str:
+    """``local`` or ``ENGINE://[ADDRESS]``, checked (the extra is only needed to run it)."""
+    from agentdescent_core.evaluation.executor import parse_executor
+
+    value = str(raw).strip()
+    parse_executor(value)  # ValueError saying the forms it takes
+    return value
 
 
 def _env(raw: object) -> tuple[str, ...]:
@@ -469,6 +479,12 @@ KNOBS: tuple[Knob, ...] = (
          "Which tests a candidate re-runs: reads (default: those that read a file it "
          "changes, plus untraced tests and guards; the others keep their evidence) or all.",
          "|".join(SELECT_MODES)),
+    Knob("executor", "--evolve-executor", "evolve_executor", "value", "string",
+         "'local', 'dask://' or 'dask://HOST:PORT'", _executor,
+         "Where candidates' tests run: local (default: child processes on this machine, "
+         "evolve_eval_concurrency at a time), dask:// (an embedded Dask cluster of worker "
+         "processes here) or dask://HOST:PORT (a running Dask scheduler; needs "
+         "pytest-agentdescent[dask], see docs/scale.md).", "local|dask://[HOST:PORT]"),
 )
 
 _DEFAULTS = EvolveSettings()
@@ -589,7 +605,8 @@ def _read(config: pytest.Config, knob: Knob) -> Any:
     try:
         return knob.convert(raw)
     except ValueError as exc:
-        detail = str(exc) if knob.field in ("branch_prefix", "tasks", "guardrails") else ""
+        detail = str(exc) if knob.field in ("branch_prefix", "tasks", "guardrails",
+                                            "executor") else ""
         if knob.field == "env" and str(exc) != str(raw):
             detail = (f"{exc} is a credential that is never passed to candidate code; "
                       "remove it and give the agent a narrower key of its own")

@@ -44,8 +44,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("action")]
 def test_is_a_composite_action_with_the_documented_inputs_and_outputs() -> None:
     assert ACTION["runs"]["using"] == "composite"
     assert set(ACTION["inputs"]) == {
-        "mode", "paths", "model", "rounds", "workers", "repeats", "python-version", "base",
-        "pytest-args", "dry-run", "labels", "draft", "branch-prefix", "github-token"}
+        "mode", "paths", "model", "rounds", "workers", "repeats", "executor", "python-version",
+        "base", "pytest-args", "dry-run", "labels", "draft", "branch-prefix", "github-token"}
     assert ACTION["inputs"]["github-token"]["default"] == "${{ github.token }}"
     assert ACTION["inputs"]["branch-prefix"]["default"] == "agentdescent/"
     assert set(ACTION["outputs"]) == {

@@ -83,6 +83,12 @@ def test_quick_json_run_has_every_key_typed() -> None:
     # reads never re-runs more than all does
     assert summary["runs_per_candidate"]["reads"] <= summary["runs_per_candidate"]["all"]
 
+    # evaluation on an embedded Dask cluster (issue 21): throughput and overhead per worker count
+    assert set(summary["cluster_throughput"]) == {"1", "2"}, summary["cluster_throughput"]
+    assert all(_number(v) and v > 0 for v in summary["cluster_throughput"].values())
+    assert set(summary["cluster_overhead_ms"]) == {"1", "2"}
+    assert all(_number(v) for v in summary["cluster_overhead_ms"].values())
+
     # A quick run must not overwrite the recorded full results or their tables.
     assert {path: path.read_bytes() for path in RECORDED} == before
 

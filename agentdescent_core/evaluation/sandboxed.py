@@ -36,6 +36,10 @@ alone.  Three things hold for every answer:
   each other instead of running the same tests twice; ``eval_concurrency``
   splits one request's tests into chunks that run at once, each in its own
   workspace.
+* **Here or on a cluster.**  With an ``executor`` (``--evolve-executor
+  dask://...``, :mod:`.executor`) the chunks run on cluster workers instead of
+  this pool (:meth:`_run_remote`); what comes back is checked and used exactly
+  as a local chunk's result, and only this verifier writes the cache.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agentdescent_core.artifacts.filetree import FileTree, state_hash
 from agentdescent_core.artifacts.paths import shown_path
@@ -81,6 +86,10 @@ from agentdescent_core.sandbox.userrepo import uncommitted_changes
 from agentdescent_core.sandbox.workspace import Workspace
 from agentdescent_core.stats.samples import TaskSamples
 from agentdescent_core.tasks import Task
+
+if TYPE_CHECKING:
+    from agentdescent_core.evaluation.executor import Executor
+    from agentdescent_core.evaluation.remote import FrozenBundle, JobSetup
 
 
 class UncommittedChangesWarning(UserWarning):
@@ -143,6 +152,8 @@ class SandboxedVerifier:
     relative to the repository root: the pytest rootdir of a project that
     lives in a subdirectory of its git repository (a monorepo).  Node ids are
     relative to it, as pytest prints them; artifact paths stay repo-relative.
+    ``executor`` (default None: this verifier's own pool) runs the child runs
+    on a cluster instead (:mod:`.executor`); it is the caller's to close.
     """
 
     def __init__(
@@ -168,6 +179,7 @@ class SandboxedVerifier:
         watch_repo: bool | None = None,
         subdir: str = "",
         select: str = "all",
+        executor: Executor | None = None,
     ) -> None:
         if isinstance(eval_concurrency, bool) or not isinstance(eval_concurrency, int) \
                 or eval_concurrency < 1:
@@ -224,6 +236,8 @@ class SandboxedVerifier:
         self._cache_hits = 0
         self._children = 0
         self._closed = False
+        self._executor = executor
+        self._remote: tuple[JobSetup, FrozenBundle] | None = None
 
     def _warn_uncommitted(self) -> None:
         """Say once that edits not yet committed are not what gets evaluated.
@@ -277,8 +291,11 @@ class SandboxedVerifier:
         return self._context
 
     def usage(self) -> dict[str, int]:
-        return {"evaluations": self._evaluations, "cache_hits": self._cache_hits,
-                "children": self._children, "workspaces": len(self._workspaces)}
+        found = {"evaluations": self._evaluations, "cache_hits": self._cache_hits,
+                 "children": self._children, "workspaces": len(self._workspaces)}
+        if self._executor is not None:
+            found.update(self._executor.usage())
+        return found
 
     def evaluate(
         self, state: Mapping[str, str], task_ids: Sequence[str], repeats: int
@@ -558,19 +575,11 @@ class SandboxedVerifier:
         one process.  Up to ``eval_concurrency`` chunks run at once; all of
         them share one deadline, so ``run_timeout`` bounds the evaluation.
         """
-        chunks = _child_plans(missing, self._eval_concurrency)
         deadline = time.monotonic() + self._config.run_timeout
-        if len(chunks) == 1 or self._eval_concurrency == 1:
-            results = []
-            for chunk in chunks:
-                results.append(self._run_chunk(state, chunk, deadline))
-                if _rules_out(results[-1]):
-                    break  # the candidate lost as a whole: the other sweeps change nothing
+        if self._executor is not None:
+            results = self._run_remote(state, missing, deadline)
         else:
-            with ThreadPoolExecutor(min(len(chunks), self._eval_concurrency),
-                                    thread_name_prefix="agentdescent-chunk") as pool:
-                results = list(pool.map(lambda chunk: self._run_chunk(state, chunk, deadline),
-                                        chunks))
+            results = self._run_here(state, missing, deadline)
         tamper = [change for result in results for change in result.tamper]
         if tamper:
             self._stop_on_tamper(artifact, context, tamper)
@@ -608,6 +617,101 @@ class SandboxedVerifier:
             self.cache.put_many(artifact, context, measured)
         have.update(produced)
         return None
+
+    def _run_here(self, state: dict[str, str], missing: Sequence[Key], deadline: float
+                  ) -> list[_ChunkResult]:
+        """The chunks of ``missing`` in this process's pool, ``eval_concurrency`` at a time."""
+        chunks = _child_plans(missing, self._eval_concurrency)
+        if len(chunks) == 1 or self._eval_concurrency == 1:
+            results = []
+            for chunk in chunks:
+                results.append(self._run_chunk(state, chunk, deadline))
+                if _rules_out(results[-1]):
+                    break  # the candidate lost as a whole: the other sweeps change nothing
+            return results
+        with ThreadPoolExecutor(min(len(chunks), self._eval_concurrency),
+                                thread_name_prefix="agentdescent-chunk") as pool:
+            return list(pool.map(lambda chunk: self._run_chunk(state, chunk, deadline), chunks))
+
+    def _run_remote(self, state: dict[str, str], missing: Sequence[Key], deadline: float
+                    ) -> list[_ChunkResult]:
+        """The chunks of ``missing`` on the executor's cluster, all submitted at once.
+
+        Each worker builds its own workspace from the shipped frozen tree, runs
+        the chunk and does the frozen check there; the replies come back
+        MAC-checked (:mod:`.remote`) and are redacted again here.  Chunks are
+        cut for ``eval_concurrency`` or the cluster's worker slots, whichever
+        is more.  Under ``local`` the user's repository and the state directory
+        are still checked around the whole batch: an embedded cluster shares
+        this machine's file system.
+        """
+        from agentdescent_core.evaluation.executor import ChunkRequest
+
+        executor = self._executor
+        assert executor is not None
+        setup, bundle = self._remote_setup()
+        chunks = _child_plans(missing, max(self._eval_concurrency, executor.slots()))
+        before = _scan_repo(self.repo) if self._watch_repo else {}
+        earlier = self._guard.check() if self._guard is not None else []
+        left = max(0.0, deadline - time.monotonic())
+        replies = executor.run(setup, bundle, [ChunkRequest(state, chunk, left)
+                                               for chunk in chunks])
+        results = [_ChunkResult(self._redacted(reply.outcome), reply.check, [])
+                   for reply in replies]
+        outside = _changes(before, _scan_repo(self.repo)) if self._watch_repo else []
+        tamper = _planted_bytecode(self.repo, outside)
+        if self._guard is not None:
+            tamper += earlier + self._guard.check()
+        if results:
+            results[0].outside.extend(path for path in outside if not is_cache(path))
+            results[0].tamper.extend(tamper)
+        return results
+
+    def _remote_setup(self) -> tuple[JobSetup, FrozenBundle]:
+        """What every remote chunk of this verifier shares, built once (see :mod:`.remote`)."""
+        from agentdescent_core.evaluation.remote import FrozenBundle, JobSetup, allowed_env
+
+        with self._lock:
+            if self._remote is not None:
+                return self._remote
+        workspace = self._acquire()
+        try:
+            bundle = FrozenBundle.build(self.repo, workspace.commit,
+                                        frozen_hash=workspace.frozen_tree_hash,
+                                        ignored=workspace.ignored_content())
+        finally:
+            self._release(workspace)
+        config = self._config
+        setup = JobSetup(
+            frozen_hash=bundle.frozen_hash, roots=self._tree.roots,
+            frozen_patterns=self._frozen.patterns, frozen_roots=self._frozen.artifact_roots,
+            frozen_files=tuple(sorted(self._frozen.frozen_files)), subdir=self.subdir,
+            hidden=tuple(str(path) for path in config.hidden),
+            backend=self.backend.name, image=getattr(self.backend, "_image", None),
+            env=allowed_env(os.environ if config.host_env is None else config.host_env,
+                            config.env_allow),
+            env_allow=tuple(config.env_allow), network=config.network, limits=config.limits,
+            test_timeout=config.test_timeout, run_timeout=config.run_timeout,
+            output_chars=config.output_chars, pytest_args=tuple(config.pytest_args),
+            max_restarts=config.max_restarts, trace_reads=config.trace_reads,
+        )
+        with self._lock:
+            if self._remote is None:
+                self._remote = (setup, bundle)
+            return self._remote
+
+    def _redacted(self, outcome: ChildOutcome) -> ChildOutcome:
+        """``outcome`` with every text masked by this controller's redactor too.
+
+        The worker masked what its own environment calls secret; this process
+        may know more secrets (variables that never travel), so it masks again.
+        """
+        clean = self._redact
+        records = tuple(replace(r, message=clean(r.message), output=clean(r.output))
+                        for r in outcome.records)
+        return replace(outcome, records=records,
+                       error=None if outcome.error is None else clean(outcome.error),
+                       tamper=tuple(clean(t) for t in outcome.tamper))
 
     def _record_verdict(self, artifact: str, context: str, verdict: Verdict) -> Verdict:
         """Keep ``verdict`` (secrets masked: it may quote what a candidate wrote) and cache it."""

@@ -45,7 +45,11 @@ from functools import partial
 from typing import Any
 
 from agentdescent_core.decisions import DecisionLog
-from agentdescent_core.errors import AgentDescentError, RetryableStepError as RetryableStepError
+from agentdescent_core.errors import (
+    AgentDescentError,
+    RetryableStepError as RetryableStepError,
+    RunInterrupted,
+)
 
 # A step takes a LoopContext and returns a LoopObservation: they are the kernel's
 # contract, so they are named here too (defined with the decision rules).
@@ -380,8 +384,8 @@ class LoopKernel:
                 self._record_retry(run_id, n, exc)
                 if failures >= config.max_step_failures:
                     return None
-            except _Stop:
-                raise
+            except (_Stop, RunInterrupted):
+                raise  # an interruption records no failure: the run stays resumable
             except Exception as exc:
                 self._fail(run_id, f"failure:{n}:error", n, "error",
                            f"generation {n} failed: {type(exc).__name__}: {exc}")

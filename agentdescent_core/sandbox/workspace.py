@@ -241,6 +241,10 @@ class Workspace(_ResettableCopy):
         """The git-ignored files copied from the user's working tree (frozen), sorted."""
         return sorted(self._ignored)
 
+    def ignored_content(self) -> dict[str, bytes]:
+        """The copied git-ignored files and their bytes (what a cluster worker needs too)."""
+        return dict(self._ignored)
+
     def _copy_ignored(self, git_dir: str, common_dir: str, work_tree: str,
                       entries: Mapping[str, tuple[str, str]]) -> None:
         """Copy the ignored files plain ``pytest`` would import from the working tree.
