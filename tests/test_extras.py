@@ -204,7 +204,7 @@ def test_missing_extra_is_an_import_error_and_one_of_ours() -> None:
 
 
 def test_an_unknown_extra_is_a_clear_error() -> None:
-    with pytest.raises(ValueError, match=r"unknown extra 'gpu': one of anthropic, docker, openai"):
+    with pytest.raises(ValueError, match=r"unknown extra 'gpu': one of anthropic, dask, docker, openai"):
         require_extra("gpu")  # type: ignore[arg-type]
 
 
@@ -217,7 +217,7 @@ def test_every_extra_in_the_table_is_declared_in_pyproject() -> None:
     optional = project["optional-dependencies"]
     for extra, (module, _what) in EXTRAS.items():
         assert any(spec.startswith(module) for spec in optional[extra]), extra
-    assert optional["all"] == ["pytest-agentdescent[anthropic,openai,docker]"]
+    assert optional["all"] == ["pytest-agentdescent[anthropic,openai,docker,dask]"]
     assert "pytest-agentdescent[all]" in optional["test"]
     base = " ".join(project["dependencies"])
     assert not any(name in base for name in BLOCKED)
