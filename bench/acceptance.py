@@ -56,6 +56,9 @@ DOC = ROOT / "docs" / "statistics.md"
 
 FULL_TRIALS = 2000
 QUICK_TRIALS = 100
+DEFAULT_POLICY_FACTOR = 10
+"""The default policy gets this many times the trials: its power sits within a point of
+the 90 % bar, where 2000 trials (a 95 % interval of about +-1.3 points) cannot tell."""
 DEFAULT_SEED = 20240601
 
 # What each scenario must show, per the acceptance criteria (issue 16's goal table).
@@ -116,16 +119,18 @@ def runs_in_all(result: dict[str, Any], *, shared_screen: bool) -> float:
 
 
 
-def run(trials: int, seed: int, *, progress: bool = True) -> dict[str, Any]:
+def run(trials: int, seed: int, *, progress: bool = True, factor: int = 1) -> dict[str, Any]:
+    """Every policy on every scenario, ``trials`` each (times ``factor`` for ``betting``)."""
     started = time.perf_counter()
     measured = scenarios()
     rows: list[dict[str, Any]] = []
     for key, label, policy in policies():
         results = []
+        cell_trials = trials * (factor if key == "betting" else 1)
         for index, scenario in enumerate(measured):
             t0 = time.perf_counter()
             # The same seed per scenario for every policy: they face the same base draws.
-            result = simulate(policy, scenario, trials=trials, seed=seed + index)
+            result = simulate(policy, scenario, trials=cell_trials, seed=seed + index)
             row = {**result.as_dict(), "meets": meets(result)}
             row["runs_in_all"] = runs_in_all(row, shared_screen=False)
             row["runs_in_all_shared_screen"] = runs_in_all(row, shared_screen=True)
@@ -158,6 +163,7 @@ def run(trials: int, seed: int, *, progress: bool = True) -> dict[str, Any]:
         "machine": machine(numpy=np.__version__, scipy=scipy.__version__),
         "seed": seed,
         "trials": trials,
+        "trials_default_policy": trials * factor,
         "elapsed_seconds": round(time.perf_counter() - started, 1),
         "parameters": {
             "tasks": measured[0].tasks,
@@ -222,7 +228,8 @@ def table(record: dict[str, Any]) -> str:
     m = record["machine"]
     lines += [
         "",
-        f"{record['trials']} simulated candidates per cell, rates with exact 95 % intervals; "
+        f"{record['trials_default_policy']} simulated candidates per cell for `betting`, "
+        f"{record['trials']} for the others; rates with exact 95 % intervals; "
         f"{params['tasks']} tasks. `betting`: one pair per task, then pairs where they tell, "
         f"at most {params['betting']['repeats']:g} pairs per task on average "
         f"(`--evolve-repeats {params['repeats']}`), each base run drawn afresh. "
@@ -251,11 +258,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     trials = args.trials or (QUICK_TRIALS if args.quick else FULL_TRIALS)
     if trials < 1:
         parser.error("--trials must be at least 1")
-    record = run(trials, args.seed, progress=not args.json)
+    # The full run (no --quick, no --trials) gives the default policy DEFAULT_POLICY_FACTOR times
+    # the trials.
+    factor = DEFAULT_POLICY_FACTOR if not (args.quick or args.trials) else 1
+    record = run(trials, args.seed, progress=not args.json, factor=factor)
     record["quick"] = bool(args.quick)
     print(json.dumps(record, indent=2) if args.json else table(record))
     if not (args.quick or args.no_write):
         publish(record, RESULTS, DOC, "acceptance-table", table(record), announce=not args.json)
+    if args.quick:
+        return 0  # a few hundred trials show the code runs; they cannot tell 89 % from 91 %
     return 0 if all(row["meets_all"] for row in record["policies"][:1]) else 1
 
 

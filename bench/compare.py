@@ -90,7 +90,9 @@ def acceptance_table(record: Mapping[str, Any]) -> str:
             for key, _label in shown]
     lines.append("| task runs per no-effect candidate, base included (≤ 60) | "
                  + " | ".join(runs) + " |")
-    lines += ["", f"{record['trials']} simulated candidates per cell, exact 95 % intervals, "
+    betting_trials = record.get("trials_default_policy", record["trials"])
+    lines += ["", f"{betting_trials} simulated candidates per cell for `betting`, "
+                  f"{record['trials']} for the others, exact 95 % intervals, "
                   f"seed {record['seed']}, {record['parameters']['tasks']} tasks."]
     return "\n".join(lines)
 

@@ -250,7 +250,7 @@ def test_defaults_and_registry():
     assert isinstance(default, BettingPolicy)
     assert isinstance(default, AcceptancePolicy)
     assert isinstance(default, Sequential)
-    assert default.alpha == pytest.approx(0.035)
+    assert default.alpha == pytest.approx(0.05)
     assert policy_for("betting", 2).repeats == PAIRS_PER_REPEAT * 2  # type: ignore[attr-defined]
     assert policy_for("paired", 3).looks == (3, 6, 9)  # type: ignore[attr-defined]
     policy = get_acceptance_policy("paired")
