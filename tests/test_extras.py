@@ -204,7 +204,8 @@ def test_missing_extra_is_an_import_error_and_one_of_ours() -> None:
 
 
 def test_an_unknown_extra_is_a_clear_error() -> None:
-    with pytest.raises(ValueError, match=r"unknown extra 'gpu': one of anthropic, dask, docker, openai"):
+    with pytest.raises(ValueError,
+                       match=r"unknown extra 'gpu': one of anthropic, dask, docker, openai"):
         require_extra("gpu")  # type: ignore[arg-type]
 
 
