@@ -27,7 +27,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,6 @@ from agentdescent_core.evaluation.dask_executor import (
     environment_differences,
 )
 from agentdescent_core.evaluation.executor import (
-    ChunkRequest,
     ExecutorError,
     ExecutorSpec,
     parse_executor,
@@ -349,15 +348,8 @@ def test_a_worker_of_another_python_or_version_is_named() -> None:
 class RewritingExecutor(DaskExecutor):
     """A cluster whose workers turn every failed test into a pass after signing the reply."""
 
-    def _submit(self, setup: Any, shipped: Any, request: ChunkRequest) -> tuple[str, Any]:
-        with self._lock:
-            self._jobs += 1
-            job_id = f"rewritten-{self._jobs}"
-            self._counts["remote_chunks"] += 1
-        future = self._client.submit(
-            rewritten_chunk, setup, shipped, job_id, job_key(self._run_key, job_id),
-            dict(request.state), dict(request.plan), request.seconds, pure=False)
-        return job_id, future
+    def _chunk_function(self) -> Callable[..., tuple[str, str]]:
+        return rewritten_chunk
 
 
 def rewritten_chunk(*args: Any) -> tuple[str, str]:

@@ -147,23 +147,20 @@ def _workspace(setup: JobSetup, bundle: FrozenBundle) -> Workspace:
         pool = _idle.setdefault(key, [])
         if pool:
             return pool.pop()
-    repo, commit = frozen_repo(bundle)
-    workspace = Workspace.create(repo, commit, tree=setup.tree(), frozen=setup.frozen())
-    if workspace.frozen_tree_hash != setup.frozen_hash:
+    for _attempt in range(2):
+        repo, commit = frozen_repo(bundle)
+        workspace = Workspace.create(repo, commit, tree=setup.tree(), frozen=setup.frozen())
+        got = workspace.frozen_tree_hash
+        if got == setup.frozen_hash:
+            return workspace
         workspace.close()
         # a cache that does not give the tree it is named after: drop it, build it again
         shutil.rmtree(repo.parent, ignore_errors=True)
-        repo, commit = frozen_repo(bundle)
-        workspace = Workspace.create(repo, commit, tree=setup.tree(), frozen=setup.frozen())
-        if workspace.frozen_tree_hash != setup.frozen_hash:
-            got = workspace.frozen_tree_hash
-            workspace.close()
-            raise BackendError(
-                f"the worker's copy of the frozen tree hashes to {got[:12]}, not "
-                f"{setup.frozen_hash[:12]} as the controller's does: the worker's git or "
-                "file system changes files (line endings, modes); use the same image as "
-                "the controller")
-    return workspace
+    raise BackendError(
+        f"the worker's copy of the frozen tree hashes to {got[:12]}, not "
+        f"{setup.frozen_hash[:12]} as the controller's does: the worker's git or "
+        "file system changes files (line endings, modes); use the same image as "
+        "the controller")
 
 
 def _pool_key(setup: JobSetup) -> tuple[object, ...]:

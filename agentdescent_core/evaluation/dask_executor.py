@@ -34,7 +34,7 @@ import logging
 import platform
 import secrets
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agentdescent_core.errors import BackendError, RunStopped
@@ -169,21 +169,21 @@ class DaskExecutor:
     def run(self, setup: JobSetup, bundle: FrozenBundle,
             requests: Sequence[ChunkRequest]) -> list[ChunkReply]:
         """One checked reply per request, in order (see the module docstring for faults)."""
-        from distributed import wait
-
         if self._lost is not None:
             raise self._lost  # asked again after the cluster went: no new wait for it
         try:
-            return self._run(setup, bundle, requests, wait)
+            return self._run(setup, bundle, requests)
         except _LOST as exc:  # the scheduler went: every future was cancelled
             self._lost = ClusterLost(self.address, _first_line(exc))
             raise self._lost from None
 
-    def _run(self, setup: JobSetup, bundle: FrozenBundle, requests: Sequence[ChunkRequest],
-             wait: Any) -> list[ChunkReply]:
+    def _run(self, setup: JobSetup, bundle: FrozenBundle, requests: Sequence[ChunkRequest]
+             ) -> list[ChunkReply]:
+        from distributed import wait
+
         shipped = self._bundle(bundle)
         jobs = [self._submit(setup, shipped, request) for request in requests]
-        wait([future for _job, future in jobs])
+        wait([future for _job, future in jobs])  # type: ignore[no-untyped-call]
         replies = []
         for request, (job_id, future) in zip(requests, jobs, strict=True):
             replies.append(self._collect(setup, shipped, request, job_id, future))
@@ -198,15 +198,19 @@ class DaskExecutor:
                 shipped = self._scattered.setdefault(bundle.frozen_hash, shipped)
         return shipped
 
-    def _submit(self, setup: JobSetup, shipped: Any, request: ChunkRequest) -> tuple[str, Any]:
+    def _chunk_function(self) -> Callable[..., tuple[str, str]]:
+        """What a worker runs for a chunk (:func:`.cluster_worker.run_chunk`)."""
         from agentdescent_core.evaluation.cluster_worker import run_chunk
 
+        return run_chunk
+
+    def _submit(self, setup: JobSetup, shipped: Any, request: ChunkRequest) -> tuple[str, Any]:
         with self._lock:
             self._jobs += 1
             job_id = f"{secrets.token_hex(8)}-{self._jobs}"
             self._counts["remote_chunks"] += 1
         future = self._client.submit(
-            run_chunk, setup, shipped, job_id, job_key(self._run_key, job_id),
+            self._chunk_function(), setup, shipped, job_id, job_key(self._run_key, job_id),
             dict(request.state), dict(request.plan), request.seconds,
             key=f"agentdescent-chunk-{job_id}", pure=False)
         return job_id, future
@@ -299,8 +303,7 @@ def environment_differences(here: Mapping[str, Any], there: object,
     "the bwrap backend is not usable there (...)"); an empty list is a match.
     """
     if isinstance(there, BaseException):
-        first = str(there).strip().splitlines()[0] if str(there).strip() else ""
-        return [f"its environment cannot be read ({type(there).__name__}: {first})"]
+        return [f"its environment cannot be read ({_first_line(there)})"]
     if not isinstance(there, Mapping):
         return [f"its environment reads as {type(there).__name__}"]
     found = []

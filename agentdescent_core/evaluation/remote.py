@@ -29,7 +29,6 @@ candidate inside its sandbox is not, and never sees a key.
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import os
 import subprocess
@@ -44,7 +43,7 @@ from agentdescent_core.evaluation.child import ChildOutcome
 from agentdescent_core.evaluation.records import TestRecord, mac, mac_matches
 from agentdescent_core.governance import FrozenSet
 from agentdescent_core.ledger.gitenv import objects_only_env
-from agentdescent_core.sandbox.env import is_never_passed
+from agentdescent_core.sandbox.env import allowed_variables
 from agentdescent_core.sandbox.frozencheck import FrozenCheck, Violation
 from agentdescent_core.sandbox.spec import Limits
 
@@ -152,9 +151,8 @@ class JobSetup:
 
 def allowed_env(host_env: Mapping[str, str], allow: Sequence[str]) -> dict[str, str]:
     """The variables of ``host_env`` that a child may see under ``allow`` (what may travel)."""
-    return {name: value for name, value in host_env.items()
-            if not is_never_passed(name) and name not in WORKER_LOCAL_VARIABLES
-            and any(fnmatch.fnmatchcase(name, pattern) for pattern in allow)}
+    return {name: value for name, value in allowed_variables(host_env, allow).items()
+            if name not in WORKER_LOCAL_VARIABLES}
 
 
 # ---------------------------------------------------------------- keys and replies

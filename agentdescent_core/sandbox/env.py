@@ -75,6 +75,13 @@ def _check_allow(allow: Sequence[str]) -> None:
         )
 
 
+def allowed_variables(host_env: Mapping[str, str], allow: Sequence[str]) -> dict[str, str]:
+    """The variables of ``host_env`` matching ``allow`` (fnmatch), minus :data:`NEVER_PASSED`."""
+    return {name: value for name, value in host_env.items()
+            if not is_never_passed(name)
+            and any(fnmatch.fnmatchcase(name, pattern) for pattern in allow)}
+
+
 def child_environment(
     host_env: Mapping[str, str],
     allow: Sequence[str] = DEFAULT_ENV_ALLOWLIST,
@@ -90,12 +97,7 @@ def child_environment(
     packages stay out; ``extra`` (the caller's own variables) last, overriding.
     """
     _check_allow(allow)
-    env: dict[str, str] = {}
-    for name, value in host_env.items():
-        if is_never_passed(name):
-            continue
-        if any(fnmatch.fnmatchcase(name, pattern) for pattern in allow):
-            env[name] = value
+    env = allowed_variables(host_env, allow)
     home = scratch / "home"
     tmp = scratch / "tmp"
     home.mkdir(parents=True, exist_ok=True)
