@@ -19,7 +19,6 @@ from collections.abc import Generator
 import pytest
 
 from pytest_agentdescent.markers import read_marker
-from pytest_agentdescent.recorder import combine_reports
 from pytest_agentdescent.reward import recorded_reward
 
 #: Attributes set on the reports of marked tests (kept by xdist's serialization).
@@ -62,6 +61,9 @@ class RewardSummary:
         if report.when != "teardown":
             return
         del self._pending[report.nodeid]
+        # The recorder is the child runs' plugin; a plain run loads it at its first task.
+        from pytest_agentdescent.recorder import combine_reports
+
         record = combine_reports(report.nodeid, 0, reports,
                                  reward=getattr(report, REWARD_ATTR, None), output_chars=200)
         reward = record["reward"]

@@ -3,7 +3,7 @@
 The default policy (``betting``) is a paired test by betting, an e-process
 that buys pairs of runs (one base, one candidate, same task) where earlier
 pairs say they are informative, so a change with no effect is accepted at most
-3.5 % of the time however flaky the tests are and whenever the test stops.
+5 % of the time however flaky the tests are and whenever the test stops.
 ``paired`` is an exact stratified permutation test run as a sequential plan of
 three looks; ``beta`` is the reference design's pooled Beta-posterior rule,
 kept for comparison.  The reasoning and
@@ -12,8 +12,9 @@ the measured rates are in ``docs/statistics.md``.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agentdescent_core.lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
     "annealed_delta": "agentdescent_core.stats.beta",
@@ -115,16 +116,6 @@ if TYPE_CHECKING:
     )
 
 
-def __getattr__(name: str) -> Any:
-    # Loaded on first use, so importing the standard-library-only ``samples``
-    # module (the child recorder does) does not pull in numpy and scipy.
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'agentdescent_core.stats' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+# Loaded on first use, so importing the standard-library-only ``samples`` module (the
+# child recorder does) does not pull in numpy and scipy.
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
