@@ -6,7 +6,7 @@ effect (5 of 20 tasks 0.3 -> 0.8), through the default ``betting`` policy,
 the permutation test ``paired`` and the reference's ``beta`` rule.
 
     python -m bench.acceptance            # full run: records results and refreshes the docs table
-    python -m bench.acceptance --quick    # a few hundred trials, prints only
+    python -m bench.acceptance --quick    # 30 trials per cell: it runs; prints only
     python -m bench.acceptance --json     # print the JSON record instead of the table
 
 A full run writes ``bench/results/acceptance.json`` (rates with exact 95 %
@@ -55,7 +55,9 @@ RESULTS = ROOT / "bench" / "results" / "acceptance.json"
 DOC = ROOT / "docs" / "statistics.md"
 
 FULL_TRIALS = 2000
-QUICK_TRIALS = 100
+QUICK_TRIALS = 30
+"""Trials per cell of a quick run (``--quick``, and ``python -m bench --quick``): a smoke run
+that shows the part runs; 30 candidates cannot tell one policy's rates from another's."""
 DEFAULT_POLICY_FACTOR = 10
 """The default policy gets this many times the trials: its power sits within a point of
 the 90 % bar, where 2000 trials (a 95 % interval of about +-1.3 points) cannot tell."""

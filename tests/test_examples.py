@@ -8,9 +8,10 @@ Three layers, cheapest first:
   the failing *train* tasks go to the coach, its edits are written, and the
   suite runs again — holdout tasks never reach it and must pass anyway;
 * the README's main-job command, ``pytest --evolve skills/ --evolve-dry-run``,
-  in a clone of this repository made in tmp_path (the example lives inside the
-  project's repository, a monorepo layout), so the checkout running these
-  tests is never the repository being evolved.
+  read from the README and run as written (``tests/test_docs.py`` leaves it
+  here), in a clone of this repository made in tmp_path (the example lives
+  inside the project's repository, a monorepo layout), so the checkout running
+  these tests is never the repository being evolved.
 
 Every run works on a copy of the example; the example's files are never edited.
 """
@@ -23,6 +24,7 @@ import json
 import os
 import random
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -301,14 +303,32 @@ def clone_project(tmp_path: Path) -> Path:
     return clone_working_tree(ROOT, tmp_path / "project")
 
 
+def readme_main_job() -> tuple[str, list[str]]:
+    """Where the README's main-job command runs (``cd DIR``) and its pytest command line.
+
+    ``tests/test_docs.py`` leaves this command to the test below, so it is run
+    here exactly as the README writes it, minus the install step (done already).
+    """
+    from test_docs import main_job_command
+
+    steps = [step.strip() for step in main_job_command().split("&&")]
+    assert steps[0].startswith("python -m pip install -e "), steps
+    cd, command = steps[1:]
+    assert cd.startswith("cd "), steps
+    return cd.removeprefix("cd ").strip(), shlex.split(command)
+
+
 @pytest.mark.slow
 def test_evolve_dry_run_reaches_full_reward_in_a_clone(tmp_path: Path) -> None:
     pytest.importorskip("pytest_agentdescent.session")
     clone = clone_project(tmp_path)
     refs_before = user_git(clone, "for-each-ref", "--format=%(refname) %(objectname)")
+    folder, argv = readme_main_job()
+    assert folder == "examples/support-bot"
+    assert argv[:3] == ["python", "-m", "pytest"]
+    assert "--evolve-dry-run" in argv  # the clone's refs are checked below
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--evolve", "skills/", "--evolve-dry-run"],
-        cwd=clone / "examples" / "support-bot", env=child_env(),
+        argv, cwd=clone / folder, env=child_env(),
         capture_output=True, text=True, timeout=600, check=False,
     )
     assert done.returncode == 0, f"{done.stdout[-4000:]}\n{done.stderr[-2000:]}"
