@@ -260,8 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     trials = args.trials or (QUICK_TRIALS if args.quick else FULL_TRIALS)
     if trials < 1:
         parser.error("--trials must be at least 1")
-    # The full run (no --quick, no --trials) gives the default policy DEFAULT_POLICY_FACTOR times
-    # the trials.
+    # Only the full run (no --quick, no --trials) gives the default policy more trials.
     factor = DEFAULT_POLICY_FACTOR if not (args.quick or args.trials) else 1
     record = run(trials, args.seed, progress=not args.json, factor=factor)
     record["quick"] = bool(args.quick)
@@ -269,7 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not (args.quick or args.no_write):
         publish(record, RESULTS, DOC, "acceptance-table", table(record), announce=not args.json)
     if args.quick:
-        return 0  # a few hundred trials show the code runs; they cannot tell 89 % from 91 %
+        return 0  # QUICK_TRIALS show the code runs; they cannot tell 89 % from 91 %
     return 0 if all(row["meets_all"] for row in record["policies"][:1]) else 1
 
 

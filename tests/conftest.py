@@ -24,7 +24,7 @@ import pytest
 #: options of ``PYTEST_ADDOPTS`` on, every child of theirs) leave out the plugins of this
 #: environment that no repository of the tests uses: hypothesis' import alone is about
 #: two thirds of a child's start, platformdirs' plugin another 60 ms of the 0.4 s left
-#: (a tenth of the suite's CPU time, 2026-12-05).  A test that wants them drops the variable
+#: (measured 2026-12-05).  A test that wants them drops the variable
 #: (``test_session_runs.evolve(every_plugin=True)``).
 os.environ.setdefault(
     "PYTEST_ADDOPTS", "-p no:hypothesispytest -p no:anyio -p no:benchmark -p no:platformdirs")

@@ -62,20 +62,17 @@ def runnable(command: str) -> str | None:
     return " && ".join(kept) or None
 
 
-def main_job_command() -> str:
-    """The README's first fresh-machine command: install, then evolve the offline example."""
+def main_job_command() -> str | None:
+    """The README's first fresh-machine command (install, then evolve the offline example)."""
     commands = shell_commands((ROOT / "README.md").read_text(encoding="utf-8"))
-    found = [c for c in commands if c.startswith("python -m pip install -e ") and "examples/" in c]
-    assert found, "README lost the offline example command"
-    return found[0]
+    return next((c for c in commands
+                 if c.startswith("python -m pip install -e ") and "examples/" in c), None)
 
 
-#: Documented commands another test runs as written and checks beyond the exit code; this
-#: test leaves them to it rather than pay for the same whole evolution twice.
-RUN_ELSEWHERE = {
-    main_job_command():
-        "tests/test_examples.py::test_evolve_dry_run_reaches_full_reward_in_a_clone",
-}
+#: Documented commands another test runs as written and checks beyond the exit code, so
+#: this test does not pay for the same whole evolution twice: the README's main job is
+#: tests/test_examples.py::test_evolve_dry_run_reaches_full_reward_in_a_clone's.
+RUN_ELSEWHERE = {main_job_command()}
 
 DOCUMENTED = [
     pytest.param(doc, cmd, id=f"{doc.name}:{cmd[:60]}")
@@ -88,7 +85,7 @@ DOCUMENTED = [
 def test_readme_has_the_two_fresh_machine_commands() -> None:
     commands = shell_commands((ROOT / "README.md").read_text(encoding="utf-8"))
     installs = [c for c in commands if c.startswith("python -m pip install -e ")]
-    assert main_job_command() in installs
+    assert main_job_command() in installs, "README lost the offline example command"
     assert any(c.endswith("python -m pytest -n auto") for c in installs), \
         "README lost the test command"
 
